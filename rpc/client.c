@@ -1,0 +1,501 @@
+/* The blocking RPC client (include/hvd/rpc.h): parallel address probing, the client side of
+ * the handshake, sealed calls with timeouts, streams and failover. */
+#include "hvd/rpc.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "envelope.h"
+#include "frame.h"
+#include "handshake.h"
+#include "tcp.h"
+
+struct hvd_client {
+    hvd_client_config cfg;
+    char *service;
+    hvd_addr *addrs;
+    size_t naddrs;
+    size_t cur; /* index of the connected address */
+    int fd;     /* -1 when not connected */
+    hvd_seal rx, tx;
+    hvd_buf in;
+    hvd_buf out;
+    msgpack_sbuffer sb;
+    size_t sealed_len; /* of the frame being read; 0 while reading its header */
+    uint64_t next_id;
+};
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left until deadline (-1: none) for poll(). */
+static int left_ms(int64_t deadline) {
+    if (deadline < 0) return -1;
+    int64_t left = deadline - now_ms();
+    return left <= 0 ? 0 : (int)left;
+}
+
+static void disconnect(hvd_client *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    hvd_seal_free(&c->rx);
+    hvd_seal_free(&c->tx);
+    hvd_buf_free(&c->in);
+    hvd_buf_free(&c->out);
+    c->sealed_len = 0;
+}
+
+/* ---- Blocking I/O with deadlines ---------------------------------------------------------- */
+
+static int send_all(int fd, const uint8_t *p, size_t n, int64_t deadline, hvd_err *err) {
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int r = hvd_wait_fd(fd, POLLOUT, left_ms(deadline));
+            if (r == 0) return hvd_err_set(err, HVD_E_TIMEOUT, "timed out sending");
+            if (r < 0) return hvd_err_set(err, HVD_E_IO, "poll: %s", strerror(errno));
+            continue;
+        }
+        return hvd_err_set(err, HVD_E_IO, "send: %s", strerror(errno));
+    }
+    return 0;
+}
+
+/* Reads until `in` holds at least n unconsumed bytes. */
+static int recv_at_least(int fd, hvd_buf *in, size_t n, int64_t deadline, hvd_err *err) {
+    while (hvd_buf_pending(in) < n) {
+        size_t want = n - hvd_buf_pending(in);
+        if (hvd_buf_reserve(in, want < 16384 ? 16384 : want) != 0)
+            return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        ssize_t r = recv(fd, in->data + in->len, in->cap - in->len, 0);
+        if (r > 0) {
+            in->len += (size_t)r;
+            continue;
+        }
+        if (r == 0) return hvd_err_set(err, HVD_E_IO, "connection closed by the service");
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            int w = hvd_wait_fd(fd, POLLIN, left_ms(deadline));
+            if (w == 0) return hvd_err_set(err, HVD_E_TIMEOUT, "timed out waiting for the service");
+            if (w < 0) return hvd_err_set(err, HVD_E_IO, "poll: %s", strerror(errno));
+            continue;
+        }
+        return hvd_err_set(err, HVD_E_IO, "recv: %s", strerror(errno));
+    }
+    return 0;
+}
+
+/* Reads and opens the next frame. On success the payload is at *payload (inside c->in) and
+ * must be consumed with hvd_buf_consume(&c->in, *frame_len) when done. */
+static int read_frame(hvd_client *c, int64_t deadline, uint8_t **payload, size_t *plen,
+                      size_t *frame_len, hvd_err *err) {
+    if (recv_at_least(c->fd, &c->in, HVD_FRAME_HDR, deadline, err) != 0) return -1;
+    size_t sealed;
+    if (hvd_frame_header(c->in.data + c->in.off, c->cfg.max_frame, &sealed, err) != 0) return -1;
+    if (recv_at_least(c->fd, &c->in, HVD_FRAME_HDR + sealed, deadline, err) != 0) return -1;
+    uint8_t *frame = c->in.data + c->in.off;
+    if (hvd_frame_open(&c->rx, frame, sealed, plen, err) != 0) return -1;
+    *payload = frame + HVD_FRAME_HDR;
+    *frame_len = HVD_FRAME_HDR + sealed;
+    return 0;
+}
+
+/* ---- Connecting --------------------------------------------------------------------------- */
+
+/* Runs the client side of the handshake on a connected socket. */
+static int handshake(hvd_client *c, int fd, int64_t deadline, hvd_err *err) {
+    uint8_t nc[HVD_NONCE_LEN], hello[HVD_HELLO_LEN], want[HVD_MAC_LEN], proof[HVD_PROOF_LEN];
+    uint8_t c2s[HVD_KEY_LEN], s2c[HVD_KEY_LEN];
+    hvd_buf in = {0};
+    int rc = -1;
+    if (hvd_hs_nonce(nc) != 0) return hvd_err_set(err, HVD_E_INTERNAL, "no random nonce");
+    hvd_hs_hello(nc, hello);
+    if (send_all(fd, hello, sizeof hello, deadline, err) != 0) goto out;
+    if (recv_at_least(fd, &in, HVD_CHALLENGE_LEN, deadline, err) != 0) goto out;
+    const uint8_t *ch = in.data + in.off;
+    if (memcmp(ch, "HVDB", 4) != 0) {
+        hvd_err_set(err, HVD_E_PROTOCOL, "the peer does not speak the hvd-bridge protocol");
+        goto out;
+    }
+    if (ch[5] == HVD_HS_BAD_VERSION || ch[4] != HVD_PROTOCOL_VERSION) {
+        hvd_err_set(err, HVD_E_PROTOCOL, "the service speaks protocol version %u, we speak %u",
+                    ch[4], HVD_PROTOCOL_VERSION);
+        goto out;
+    }
+    const uint8_t *ns = ch + 8, *ps = ch + 8 + HVD_NONCE_LEN;
+    if (hvd_hs_proof(&c->cfg.secret, c->service, 1, nc, ns, want) != 0 ||
+        hvd_hs_proof(&c->cfg.secret, c->service, 0, nc, ns, proof) != 0 ||
+        hvd_hs_keys(&c->cfg.secret, c->service, nc, ns, c2s, s2c) != 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "key derivation failed");
+        goto out;
+    }
+    if (!hvd_ct_equal(want, ps, HVD_MAC_LEN)) {
+        hvd_err_set(err, HVD_E_AUTH,
+                    "the service could not prove it holds the job secret for '%s': is the "
+                    "secret (%s) the same on both sides, and is this the right service?",
+                    c->service, HVD_SECRET_ENV);
+        goto out;
+    }
+    if (send_all(fd, proof, sizeof proof, deadline, err) != 0) goto out;
+    if (hvd_seal_init(&c->rx, s2c, 0) != 0 || hvd_seal_init(&c->tx, c2s, 1) != 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "cipher setup failed");
+        goto out;
+    }
+    /* The service confirms with an empty sealed frame, or hangs up if it rejected our proof. */
+    c->fd = fd;
+    uint8_t *payload;
+    size_t plen, flen;
+    hvd_err ferr;
+    if (read_frame(c, deadline, &payload, &plen, &flen, &ferr) != 0 || plen != 0) {
+        c->fd = -1;
+        if (ferr.code == HVD_E_TIMEOUT)
+            hvd_err_set(err, HVD_E_TIMEOUT, "timed out waiting for the handshake to complete");
+        else
+            hvd_err_set(err, HVD_E_AUTH,
+                        "the service rejected our proof of the job secret: is the secret (%s) "
+                        "the same on both sides?",
+                        HVD_SECRET_ENV);
+        goto out;
+    }
+    hvd_buf_consume(&c->in, flen);
+    rc = 0;
+out:
+    if (rc != 0) {
+        hvd_seal_free(&c->rx);
+        hvd_seal_free(&c->tx);
+        hvd_buf_free(&c->in);
+    }
+    hvd_buf_free(&in);
+    memset(c2s, 0, sizeof c2s);
+    memset(s2c, 0, sizeof s2c);
+    return rc;
+}
+
+/* Appends "host:port (what happened)" to a report string. */
+static void report(char *buf, size_t len, const hvd_addr *a, const char *what) {
+    char as[HVD_HOST_MAX + 16];
+    size_t used = strlen(buf);
+    if (used + 4 >= len) return;
+    snprintf(buf + used, len - used, "%s%s (%s)", used ? ", " : "", hvd_addr_str(a, as, sizeof as),
+             what);
+}
+
+/* Probes every address at once, starting with `first`, and keeps the first that completes a
+ * handshake. */
+static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
+    size_t n = c->naddrs;
+    int *fds = malloc(n * sizeof *fds);
+    struct pollfd *pfds = malloc(n * sizeof *pfds);
+    size_t *idx = malloc(n * sizeof *idx);
+    char rep[HVD_ERR_MAX] = "";
+    int auth_failed = 0, timed_out = 0, rc = -1;
+    if (!fds || !pfds || !idx) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        goto out;
+    }
+    int64_t deadline = now_ms() + c->cfg.probe_timeout_ms;
+    size_t live = 0;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (first + k) % n;
+        hvd_err e;
+        int fd = hvd_connect_start(&c->addrs[i], &e);
+        if (fd < 0) {
+            report(rep, sizeof rep, &c->addrs[i], e.msg);
+            continue;
+        }
+        fds[live] = fd;
+        idx[live] = i;
+        live++;
+    }
+    while (live > 0 && rc != 0) {
+        for (size_t k = 0; k < live; k++)
+            pfds[k] = (struct pollfd){.fd = fds[k], .events = POLLOUT};
+        int pr = poll(pfds, live, left_ms(deadline));
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr <= 0) break;
+        for (size_t k = 0; k < live && rc != 0; k++) {
+            if (!pfds[k].revents) continue;
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            getsockopt(fds[k], SOL_SOCKET, SO_ERROR, &soerr, &sl);
+            hvd_err e;
+            if (soerr != 0) {
+                report(rep, sizeof rep, &c->addrs[idx[k]], strerror(soerr));
+            } else {
+                hvd_sock_tune(fds[k], c->cfg.io_timeout_ms);
+                if (handshake(c, fds[k], deadline, &e) == 0) {
+                    c->cur = idx[k];
+                    fds[k] = -1; /* now owned by the client */
+                    rc = 0;
+                } else {
+                    if (e.code == HVD_E_AUTH) auth_failed = 1;
+                    if (e.code == HVD_E_TIMEOUT) timed_out = 1;
+                    report(rep, sizeof rep, &c->addrs[idx[k]], e.msg);
+                }
+            }
+            if (fds[k] >= 0) close(fds[k]);
+            fds[k] = fds[live - 1];
+            idx[k] = idx[live - 1];
+            pfds[k] = pfds[live - 1];
+            live--;
+            k--;
+        }
+    }
+    for (size_t k = 0; k < live; k++) {
+        if (rc != 0) {
+            report(rep, sizeof rep, &c->addrs[idx[k]], "no answer within the probe timeout");
+            timed_out = 1;
+        }
+        close(fds[k]);
+    }
+    if (rc != 0)
+        hvd_err_set(err,
+                    auth_failed ? HVD_E_AUTH
+                    : timed_out ? HVD_E_TIMEOUT
+                                : HVD_E_IO,
+                    "cannot connect to %s at %s", c->service, rep);
+out:
+    free(fds);
+    free(pfds);
+    free(idx);
+    return rc;
+}
+
+hvd_client *hvd_client_connect(const hvd_client_config *cfg, hvd_err *err) {
+    if (!cfg->service || !*cfg->service || strlen(cfg->service) > 255 || cfg->naddrs == 0) {
+        hvd_err_set(err, HVD_E_INVALID, "a client needs a service name and at least one address");
+        return NULL;
+    }
+    hvd_client *c = calloc(1, sizeof *c);
+    if (!c) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
+    }
+    c->cfg = *cfg;
+    if (!c->cfg.probe_timeout_ms) c->cfg.probe_timeout_ms = 3000;
+    if (!c->cfg.io_timeout_ms) c->cfg.io_timeout_ms = 30000;
+    if (!c->cfg.max_frame) c->cfg.max_frame = HVD_DEFAULT_MAX_FRAME;
+    c->fd = -1;
+    c->service = strdup(cfg->service);
+    c->addrs = malloc(cfg->naddrs * sizeof *c->addrs);
+    c->naddrs = cfg->naddrs;
+    msgpack_sbuffer_init(&c->sb);
+    c->cfg.service = NULL;
+    c->cfg.addrs = NULL;
+    if (!c->service || !c->addrs) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        hvd_client_close(c);
+        return NULL;
+    }
+    memcpy(c->addrs, cfg->addrs, cfg->naddrs * sizeof *c->addrs);
+    if (connect_any(c, 0, err) != 0) {
+        hvd_client_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+void hvd_client_close(hvd_client *c) {
+    if (!c) return;
+    disconnect(c);
+    msgpack_sbuffer_destroy(&c->sb);
+    hvd_secret_wipe(&c->cfg.secret);
+    free(c->service);
+    free(c->addrs);
+    free(c);
+}
+
+const hvd_addr *hvd_client_addr(const hvd_client *c) {
+    return &c->addrs[c->cur];
+}
+
+/* ---- Calls -------------------------------------------------------------------------------- */
+
+static int send_request(hvd_client *c, uint64_t id, const hvd_msg_desc *desc, const void *msg,
+                        int64_t deadline, hvd_err *err) {
+    if (hvd_envelope_pack(&c->sb, HVD_KIND_REQUEST, desc->type, id, desc, msg) != 0)
+        return hvd_err_set(err, HVD_E_INVALID, "request %s could not be encoded", desc->name);
+    if (c->sb.size > c->cfg.max_frame)
+        return hvd_err_set(err, HVD_E_INVALID, "request %s is %zu bytes, over the %zu-byte limit",
+                           desc->name, c->sb.size, c->cfg.max_frame);
+    c->out.off = c->out.len = 0;
+    if (hvd_frame_seal(&c->tx, (const uint8_t *)c->sb.data, c->sb.size, &c->out) != 0)
+        return hvd_err_set(err, HVD_E_INTERNAL, "sealing failed");
+    return send_all(c->fd, c->out.data, c->out.len, deadline, err);
+}
+
+/* Result of waiting for one frame. */
+enum { GOT_REPLY, GOT_CHUNK, GOT_OTHER };
+
+/* Reads one frame for request `id`: a reply (decoded into resp or turned into err), a chunk
+ * (handed to on_chunk), or something else (skipped). Returns GOT_* or -1 with err; *remote is
+ * set when err carries the service's own error reply. */
+static int read_for(hvd_client *c, uint64_t id, int64_t deadline, const hvd_msg_desc *resp_desc,
+                    void *resp, hvd_chunk_fn on_chunk, void *user, int *remote, hvd_err *err) {
+    uint8_t *payload;
+    size_t plen, flen;
+    *remote = 0;
+    if (read_frame(c, deadline, &payload, &plen, &flen, err) != 0) return -1;
+    hvd_envelope env;
+    int rc = GOT_OTHER;
+    if (hvd_envelope_unpack(payload, plen, &env, err) != 0) {
+        hvd_buf_consume(&c->in, flen);
+        return -1;
+    }
+    if (env.id != id) {
+        rc = GOT_OTHER;
+    } else if (env.kind == HVD_KIND_STREAM) {
+        hvd_chunk ch;
+        if (hvd_msg_unpack(env.body, &hvd_chunk_desc, &ch, err) != 0) {
+            rc = -1;
+        } else {
+            rc = GOT_CHUNK;
+            if (on_chunk && on_chunk(ch.channel, ch.data.data, ch.data.len, user) != 0) {
+                hvd_err_set(err, HVD_E_IO, "stream abandoned by the receiver");
+                rc = -1;
+            }
+            hvd_msg_free(&hvd_chunk_desc, &ch);
+        }
+    } else if (env.kind != HVD_KIND_REPLY) {
+        rc = hvd_err_set(err, HVD_E_PROTOCOL, "the service sent a request to a client");
+    } else if (env.type == HVD_MSG_ERROR) {
+        hvd_error_body e;
+        if (hvd_msg_unpack(env.body, &hvd_error_desc, &e, err) == 0) {
+            hvd_err_set(err, (int)e.code, "%s", e.message ? e.message : "(no message)");
+            hvd_msg_free(&hvd_error_desc, &e);
+            *remote = 1;
+        }
+        rc = -1;
+    } else if (env.type != resp_desc->type) {
+        rc = hvd_err_set(err, HVD_E_PROTOCOL, "expected a %s reply, got message type %u",
+                         resp_desc->name, env.type);
+    } else {
+        rc = hvd_msg_unpack(env.body, resp_desc, resp, err) == 0 ? GOT_REPLY : -1;
+    }
+    hvd_envelope_free(&env);
+    hvd_buf_consume(&c->in, flen);
+    return rc;
+}
+
+static void name_err(hvd_client *c, hvd_err *err, int remote) {
+    char as[HVD_HOST_MAX + 16];
+    hvd_err_prefix(err, "%s at %s%s", c->service, hvd_addr_str(&c->addrs[c->cur], as, sizeof as),
+                   remote ? ": " : ": ");
+}
+
+int hvd_client_call(hvd_client *c, const hvd_msg_desc *req_desc, const void *req,
+                    const hvd_msg_desc *resp_desc, void *resp, int timeout_ms, unsigned flags,
+                    hvd_err *err) {
+    int tries = (flags & HVD_CALL_RETRY) ? 2 : 1;
+    if (resp && resp_desc->size) memset(resp, 0, resp_desc->size);
+    for (int t = 0; t < tries; t++) {
+        if (c->fd < 0 && connect_any(c, t ? (c->cur + 1) % c->naddrs : c->cur, err) != 0) return -1;
+        int to = timeout_ms == 0 ? c->cfg.io_timeout_ms : timeout_ms;
+        int64_t deadline = to < 0 ? -1 : now_ms() + to;
+        uint64_t id = ++c->next_id;
+        int remote = 0;
+        int rc = send_request(c, id, req_desc, req, deadline, err);
+        while (rc == 0) {
+            rc = read_for(c, id, deadline, resp_desc, resp, NULL, NULL, &remote, err);
+            if (rc == GOT_REPLY) return 0;
+            if (rc >= 0) rc = 0; /* skip other frames */
+        }
+        if (remote) { /* the service answered with an error: the connection is fine */
+            name_err(c, err, 1);
+            return -1;
+        }
+        int code = err ? err->code : HVD_E_IO;
+        disconnect(c);
+        if (code == HVD_E_TIMEOUT || code == HVD_E_INVALID || t + 1 == tries) {
+            name_err(c, err, 0);
+            return -1;
+        }
+    }
+    return -1;
+}
+
+int hvd_client_send(hvd_client *c, const hvd_msg_desc *req_desc, const void *req, hvd_err *err) {
+    if (c->fd < 0) return hvd_err_set(err, HVD_E_IO, "not connected");
+    int64_t deadline = now_ms() + c->cfg.io_timeout_ms;
+    if (send_request(c, ++c->next_id, req_desc, req, deadline, err) != 0) {
+        name_err(c, err, 0);
+        return -1;
+    }
+    return 0;
+}
+
+int hvd_client_call_stream(hvd_client *c, const hvd_msg_desc *req_desc, const void *req,
+                           hvd_chunk_fn on_chunk, void *user, int interrupt_fd,
+                           void (*on_interrupt)(hvd_client *c, void *user),
+                           const hvd_msg_desc *resp_desc, void *resp, int timeout_ms,
+                           hvd_err *err) {
+    if (resp && resp_desc->size) memset(resp, 0, resp_desc->size);
+    if (c->fd < 0 && connect_any(c, c->cur, err) != 0) return -1;
+    int to = timeout_ms == 0 ? c->cfg.io_timeout_ms : timeout_ms;
+    uint64_t id = ++c->next_id;
+    int remote = 0;
+    int64_t deadline = to < 0 ? -1 : now_ms() + to;
+    int rc = send_request(c, id, req_desc, req, deadline, err);
+    bool interrupted = false;
+    while (rc == 0) {
+        /* An interrupt is noticed between frames even while data keeps arriving. */
+        if (interrupt_fd >= 0 && !interrupted && hvd_wait_fd(interrupt_fd, POLLIN, 0) == 1) {
+            interrupted = true;
+            if (on_interrupt) on_interrupt(c, user);
+            if (c->fd < 0) {
+                rc = hvd_err_set(err, HVD_E_IO, "connection lost while interrupting");
+                break;
+            }
+        }
+        /* Wait for data, or for the interrupt descriptor. */
+        if (hvd_buf_pending(&c->in) == 0) {
+            struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
+                                  {.fd = interrupt_fd, .events = POLLIN}};
+            int np = (interrupt_fd >= 0 && !interrupted) ? 2 : 1;
+            int pr = poll(p, (nfds_t)np, left_ms(deadline));
+            if (pr < 0 && errno == EINTR) continue;
+            if (pr == 0) {
+                rc = hvd_err_set(err, HVD_E_TIMEOUT, "no data from the service for %d ms", to);
+                break;
+            }
+            if (np == 2 && p[1].revents) {
+                interrupted = true;
+                if (on_interrupt) on_interrupt(c, user);
+                if (c->fd < 0) {
+                    rc = hvd_err_set(err, HVD_E_IO, "connection lost while interrupting");
+                    break;
+                }
+                continue;
+            }
+        }
+        rc = read_for(c, id, deadline, resp_desc, resp, on_chunk, user, &remote, err);
+        if (rc == GOT_REPLY) return 0;
+        if (rc >= 0) {
+            rc = 0;
+            deadline = to < 0 ? -1 : now_ms() + to; /* the timeout is for silence */
+        }
+    }
+    if (!remote) disconnect(c);
+    name_err(c, err, remote);
+    return -1;
+}
+
+int hvd_client_ping(hvd_client *c, hvd_pong *pong, hvd_err *err) {
+    return hvd_client_call(c, &hvd_ping_desc, NULL, &hvd_pong_desc, pong, 0, HVD_CALL_RETRY, err);
+}

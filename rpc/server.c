@@ -1,0 +1,955 @@
+/* The event-driven RPC server: one epoll loop thread per server (include/hvd/rpc.h).
+ *
+ * Everything about connections happens on the loop thread: accept, handshake, frame
+ * opening, dispatch to handlers, replies, streams, timers and watched descriptors. Other
+ * threads only post closures (a mutex-protected queue and an eventfd) and read counters.
+ * Objects that epoll may still report in the current batch (connections, watches) are
+ * unlinked at once and freed after the batch. */
+#include "hvd/rpc.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "envelope.h"
+#include "frame.h"
+#include "handshake.h"
+#include "tcp.h"
+
+#define SWEEP_MS      250       /* how often timeouts are checked */
+#define READ_BUDGET   (1 << 20) /* bytes read from one connection per wake-up, for fairness */
+#define STOP_FLUSH_MS 1000      /* how long stop lets pending output drain */
+#define MAX_EVENTS    256
+
+typedef enum { SRC_LISTEN, SRC_WAKE, SRC_CONN, SRC_WATCH } src_kind;
+
+typedef struct watch {
+    src_kind kind; /* first: epoll data points here */
+    int fd;
+    hvd_fd_fn fn;
+    void *arg;
+    struct watch *next;
+} watch;
+
+typedef struct timer {
+    uint64_t id;
+    int64_t due_ms;
+    hvd_loop_fn fn;
+    void *arg;
+    struct timer *next;
+} timer;
+
+typedef struct post {
+    hvd_loop_fn fn;
+    void *arg;
+    struct post *next;
+} post;
+
+typedef enum { CS_HELLO, CS_PROOF, CS_OPEN, CS_DEAD } conn_state;
+
+typedef struct conn {
+    src_kind kind; /* first: epoll data points here */
+    hvd_server *srv;
+    int fd;
+    conn_state state;
+    char peer[HVD_HOST_MAX];
+    uint8_t nc[HVD_NONCE_LEN], ns[HVD_NONCE_LEN];
+    hvd_seal rx, tx;
+    hvd_buf in, out;
+    size_t sealed_len;  /* length of the frame being read; 0 while reading its header */
+    int64_t created_ms; /* for the handshake timeout */
+    int64_t last_rx_ms; /* for the idle timeout */
+    int64_t stall_ms;   /* when pending output last made progress (0: nothing pending) */
+    bool want_out;      /* EPOLLOUT is armed */
+    hvd_call *calls;    /* unanswered calls of this connection */
+    struct conn *prev, *next;
+} conn;
+
+struct hvd_call {
+    conn *c; /* NULL once the connection is gone */
+    hvd_server *srv;
+    uint64_t id;
+    uint32_t type;
+    bool in_handler; /* the handler is running: answering must not free the call yet */
+    bool answered;
+    hvd_loop_fn cancel_fn;
+    void *cancel_arg;
+    hvd_loop_fn writable_fn;
+    void *writable_arg;
+    struct hvd_call *prev, *next;
+};
+
+typedef struct handler {
+    uint32_t type;
+    hvd_handler_fn fn;
+    void *user;
+} handler;
+
+typedef struct counters {
+    atomic_uint_fast64_t accepted, refused, handshake_failed, frames_rejected, malformed,
+        unknown_type, requests, timeouts, open_conns;
+} counters;
+
+struct hvd_server {
+    hvd_server_config cfg;
+    char *name;
+    int listen_fd;
+    src_kind listen_kind;
+    int wake_fd;
+    src_kind wake_kind;
+    int epfd;
+    uint16_t port;
+
+    handler *handlers;
+    size_t nhandlers;
+
+    pthread_t thread;
+    bool started;         /* the loop thread was created */
+    bool stopped;         /* hvd_server_stop finished */
+    bool stopping;        /* loop thread: leave */
+    pthread_mutex_t lock; /* guards posts, stopping, posts_closed */
+    post *posts, *posts_tail;
+    bool posts_closed;
+
+    conn *conns; /* open connections */
+    conn *dead;  /* closed this batch, freed after it */
+    watch *watches;
+    watch *dead_watches;
+    timer *timers; /* sorted by due time */
+    uint64_t next_timer_id;
+    int64_t next_sweep_ms;
+
+    msgpack_sbuffer sb; /* scratch for encoding on the loop thread */
+    counters st;
+};
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#define COUNT(s, field) atomic_fetch_add_explicit(&(s)->st.field, 1, memory_order_relaxed)
+
+/* ---- Connections ------------------------------------------------------------------------ */
+
+static void conn_close(conn *c);
+static void conn_flush(conn *c);
+
+static void call_unlink(hvd_call *call) {
+    conn *c = call->c;
+    if (!c) return;
+    if (call->prev)
+        call->prev->next = call->next;
+    else
+        c->calls = call->next;
+    if (call->next) call->next->prev = call->prev;
+    call->prev = call->next = NULL;
+    call->c = NULL;
+}
+
+static void call_release(hvd_call *call) {
+    call_unlink(call);
+    free(call);
+}
+
+static void set_out_interest(conn *c, bool want) {
+    if (c->want_out == want || c->state == CS_DEAD) return;
+    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = c};
+    if (epoll_ctl(c->srv->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0) c->want_out = want;
+}
+
+static bool wants_writable(const conn *c) {
+    for (const hvd_call *call = c->calls; call; call = call->next)
+        if (call->writable_fn) return true;
+    return false;
+}
+
+/* Runs the writable callbacks once output is below half the bound. Called only from the
+ * EPOLLOUT path, never from inside a send, so callbacks may send freely. */
+static void fire_writable(conn *c) {
+    size_t half = c->srv->cfg.max_output / 2;
+    /* Callbacks may answer calls (unlinking them) or queue more output: re-check both after
+     * each one. */
+    while (c->state != CS_DEAD && hvd_buf_pending(&c->out) < half) {
+        hvd_call *call = c->calls;
+        while (call && !call->writable_fn)
+            call = call->next;
+        if (!call) break;
+        hvd_loop_fn fn = call->writable_fn;
+        call->writable_fn = NULL;
+        fn(call->writable_arg);
+    }
+    if (c->state != CS_DEAD) set_out_interest(c, hvd_buf_pending(&c->out) > 0 || wants_writable(c));
+}
+
+static void conn_flush(conn *c) {
+    while (hvd_buf_pending(&c->out) > 0 && c->state != CS_DEAD) {
+        ssize_t n = send(c->fd, c->out.data + c->out.off, hvd_buf_pending(&c->out), MSG_NOSIGNAL);
+        if (n > 0) {
+            hvd_buf_consume(&c->out, (size_t)n);
+            c->stall_ms = now_ms();
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        conn_close(c);
+        return;
+    }
+    if (c->state == CS_DEAD) return;
+    if (hvd_buf_pending(&c->out) == 0) c->stall_ms = 0;
+    set_out_interest(c, hvd_buf_pending(&c->out) > 0 || wants_writable(c));
+}
+
+/* Seals and queues one envelope. Returns 0, or -1 (connection closed). */
+static int conn_send(conn *c, uint32_t kind, uint32_t type, uint64_t id, const hvd_msg_desc *desc,
+                     const void *msg) {
+    hvd_server *s = c->srv;
+    if (c->state != CS_OPEN) return -1;
+    if (hvd_envelope_pack(&s->sb, kind, type, id, desc, msg) != 0) return -2;
+    if (hvd_frame_seal(&c->tx, (const uint8_t *)s->sb.data, s->sb.size, &c->out) != 0) {
+        conn_close(c);
+        return -1;
+    }
+    if (c->stall_ms == 0) c->stall_ms = now_ms();
+    conn_flush(c);
+    return c->state == CS_DEAD ? -1 : 0;
+}
+
+static void conn_close(conn *c) {
+    if (c->state == CS_DEAD) return;
+    hvd_server *s = c->srv;
+    c->state = CS_DEAD;
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = NULL;
+    c->next = s->dead;
+    s->dead = c;
+    atomic_fetch_sub_explicit(&s->st.open_conns, 1, memory_order_relaxed);
+    /* Cancel what is still held; calls inside their handler are detached and freed when the
+     * handler returns. */
+    while (c->calls) {
+        hvd_call *call = c->calls;
+        call_unlink(call);
+        if (call->in_handler) continue;
+        if (call->cancel_fn) call->cancel_fn(call->cancel_arg);
+        free(call);
+    }
+}
+
+static void conn_free(conn *c) {
+    hvd_seal_free(&c->rx);
+    hvd_seal_free(&c->tx);
+    hvd_buf_free(&c->in);
+    hvd_buf_free(&c->out);
+    free(c);
+}
+
+static void bury_dead(hvd_server *s) {
+    while (s->dead) {
+        conn *c = s->dead;
+        s->dead = c->next;
+        conn_free(c);
+    }
+    while (s->dead_watches) {
+        watch *w = s->dead_watches;
+        s->dead_watches = w->next;
+        free(w);
+    }
+}
+
+/* ---- Dispatch ---------------------------------------------------------------------------- */
+
+static const handler *find_handler(hvd_server *s, uint32_t type) {
+    for (size_t i = 0; i < s->nhandlers; i++)
+        if (s->handlers[i].type == type) return &s->handlers[i];
+    return NULL;
+}
+
+static void send_error(conn *c, uint64_t id, int code, const char *msg) {
+    hvd_error_body e = {.code = (uint32_t)code, .message = (char *)msg};
+    conn_send(c, HVD_KIND_REPLY, HVD_MSG_ERROR, id, &hvd_error_desc, &e);
+}
+
+static void dispatch(conn *c, const hvd_envelope *env) {
+    hvd_server *s = c->srv;
+    if (env->kind != HVD_KIND_REQUEST) {
+        COUNT(s, malformed);
+        send_error(c, env->id, HVD_E_PROTOCOL, "servers accept only requests");
+        return;
+    }
+    if (env->type == HVD_MSG_PING) {
+        COUNT(s, requests);
+        hvd_pong pong = {.service = s->name, .peer_host = c->peer, .version = HVD_PROTOCOL_VERSION};
+        conn_send(c, HVD_KIND_REPLY, HVD_MSG_PONG, env->id, &hvd_pong_desc, &pong);
+        return;
+    }
+    const handler *h = find_handler(s, env->type);
+    if (!h) {
+        COUNT(s, unknown_type);
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s does not serve message type %u", s->name, env->type);
+        send_error(c, env->id, HVD_E_UNKNOWN_TYPE, msg);
+        return;
+    }
+    COUNT(s, requests);
+    hvd_call *call = calloc(1, sizeof *call);
+    if (!call) {
+        send_error(c, env->id, HVD_E_INTERNAL, "out of memory");
+        return;
+    }
+    call->c = c;
+    call->srv = s;
+    call->id = env->id;
+    call->type = env->type;
+    call->next = c->calls;
+    if (c->calls) c->calls->prev = call;
+    c->calls = call;
+    call->in_handler = true;
+    h->fn(call, env->body, h->user);
+    call->in_handler = false;
+    if (call->answered) {
+        call_release(call);
+    } else if (!call->c) { /* connection died during the handler */
+        if (call->cancel_fn) call->cancel_fn(call->cancel_arg);
+        free(call);
+    } else if (!call->cancel_fn) {
+        hvd_call_fail(call, HVD_E_INTERNAL,
+                      "%s kept request type %u without a cancel callback (a bug in the service)",
+                      s->name, env->type);
+    }
+}
+
+/* ---- Reading ----------------------------------------------------------------------------- */
+
+static void handshake_fail(conn *c) {
+    COUNT(c->srv, handshake_failed);
+    conn_close(c);
+}
+
+static void on_hello(conn *c) {
+    hvd_server *s = c->srv;
+    int bad_version = 0;
+    uint8_t ps[HVD_MAC_LEN] = {0}, msg[HVD_CHALLENGE_LEN];
+    hvd_err err;
+    if (hvd_hs_parse_hello(c->in.data + c->in.off, c->nc, &bad_version, &err) != 0) {
+        if (bad_version) { /* tell the peer why before hanging up */
+            hvd_hs_challenge(HVD_HS_BAD_VERSION, c->ns, ps, msg);
+            (void)!send(c->fd, msg, sizeof msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        handshake_fail(c);
+        return;
+    }
+    hvd_buf_consume(&c->in, HVD_HELLO_LEN);
+    if (hvd_hs_nonce(c->ns) != 0 ||
+        hvd_hs_proof(&s->cfg.secret, s->name, 1, c->nc, c->ns, ps) != 0) {
+        conn_close(c);
+        return;
+    }
+    hvd_hs_challenge(HVD_HS_OK, c->ns, ps, msg);
+    if (hvd_buf_append(&c->out, msg, sizeof msg) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->state = CS_PROOF;
+    conn_flush(c);
+}
+
+static void on_proof(conn *c) {
+    hvd_server *s = c->srv;
+    uint8_t want[HVD_MAC_LEN], c2s[HVD_KEY_LEN], s2c[HVD_KEY_LEN];
+    if (hvd_hs_proof(&s->cfg.secret, s->name, 0, c->nc, c->ns, want) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (!hvd_ct_equal(want, c->in.data + c->in.off, HVD_MAC_LEN)) {
+        handshake_fail(c); /* wrong secret or wrong service name: drop without a word */
+        return;
+    }
+    hvd_buf_consume(&c->in, HVD_PROOF_LEN);
+    int rc = hvd_hs_keys(&s->cfg.secret, s->name, c->nc, c->ns, c2s, s2c);
+    if (rc == 0) rc = hvd_seal_init(&c->rx, c2s, 0);
+    if (rc == 0) rc = hvd_seal_init(&c->tx, s2c, 1);
+    memset(c2s, 0, sizeof c2s);
+    memset(s2c, 0, sizeof s2c);
+    if (rc != 0) {
+        conn_close(c);
+        return;
+    }
+    c->state = CS_OPEN;
+    /* The confirmation: an empty sealed frame the client must open with the s2c key. */
+    if (hvd_frame_seal(&c->tx, NULL, 0, &c->out) != 0) {
+        conn_close(c);
+        return;
+    }
+    conn_flush(c);
+}
+
+/* Consumes whatever complete handshake messages or frames the input holds. */
+static void process_input(conn *c) {
+    hvd_server *s = c->srv;
+    while (c->state != CS_DEAD) {
+        size_t have = hvd_buf_pending(&c->in);
+        if (c->state == CS_HELLO) {
+            if (have < HVD_HELLO_LEN) return;
+            on_hello(c);
+            continue;
+        }
+        if (c->state == CS_PROOF) {
+            if (have < HVD_PROOF_LEN) return;
+            on_proof(c);
+            continue;
+        }
+        if (c->sealed_len == 0) {
+            if (have < HVD_FRAME_HDR) return;
+            hvd_err err;
+            if (hvd_frame_header(c->in.data + c->in.off, s->cfg.max_frame, &c->sealed_len, &err) !=
+                0) {
+                COUNT(s, frames_rejected);
+                conn_close(c);
+                return;
+            }
+        }
+        if (have < HVD_FRAME_HDR + c->sealed_len) {
+            /* Reserve the whole frame now that its length is known to be within bounds. */
+            if (hvd_buf_reserve(&c->in, HVD_FRAME_HDR + c->sealed_len - have) != 0) conn_close(c);
+            return;
+        }
+        size_t plen;
+        hvd_err err;
+        uint8_t *frame = c->in.data + c->in.off;
+        size_t sealed = c->sealed_len;
+        c->sealed_len = 0;
+        if (hvd_frame_open(&c->rx, frame, sealed, &plen, &err) != 0) {
+            COUNT(s, frames_rejected);
+            conn_close(c);
+            return;
+        }
+        c->last_rx_ms = now_ms();
+        hvd_envelope env;
+        if (hvd_envelope_unpack(frame + HVD_FRAME_HDR, plen, &env, &err) != 0) {
+            COUNT(s, malformed);
+            send_error(c, env.has_id ? env.id : 0, HVD_E_PROTOCOL, err.msg);
+        } else {
+            dispatch(c, &env);
+            hvd_envelope_free(&env);
+        }
+        hvd_buf_consume(&c->in, HVD_FRAME_HDR + sealed);
+    }
+}
+
+static void on_readable(conn *c) {
+    size_t budget = READ_BUDGET;
+    while (c->state != CS_DEAD && budget > 0) {
+        if (hvd_buf_reserve(&c->in, 16384) != 0) {
+            conn_close(c);
+            return;
+        }
+        size_t room = c->in.cap - c->in.len;
+        ssize_t n = recv(c->fd, c->in.data + c->in.len, room, 0);
+        if (n > 0) {
+            c->in.len += (size_t)n;
+            budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
+            process_input(c);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (c->state == CS_HELLO || c->state == CS_PROOF) COUNT(c->srv, handshake_failed);
+        conn_close(c); /* EOF or error */
+        return;
+    }
+}
+
+/* ---- Accepting ---------------------------------------------------------------------------- */
+
+static void on_accept(hvd_server *s) {
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            return; /* EAGAIN, or EMFILE and the like: try again on the next event */
+        }
+        if (atomic_load(&s->st.open_conns) >= s->cfg.max_conns) {
+            COUNT(s, refused);
+            close(fd);
+            continue;
+        }
+        conn *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->kind = SRC_CONN;
+        c->srv = s;
+        c->fd = fd;
+        c->state = CS_HELLO;
+        c->created_ms = c->last_rx_ms = now_ms();
+        hvd_sockaddr_host(&ss, c->peer, sizeof c->peer);
+        hvd_sock_tune(fd, s->cfg.write_timeout_ms);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = s->conns;
+        if (s->conns) s->conns->prev = c;
+        s->conns = c;
+        COUNT(s, accepted);
+        atomic_fetch_add_explicit(&s->st.open_conns, 1, memory_order_relaxed);
+    }
+}
+
+/* ---- Timers, posts and timeouts --------------------------------------------------------- */
+
+static void run_posts(hvd_server *s) {
+    uint64_t v;
+    (void)!read(s->wake_fd, &v, sizeof v);
+    pthread_mutex_lock(&s->lock);
+    post *p = s->posts;
+    s->posts = s->posts_tail = NULL;
+    pthread_mutex_unlock(&s->lock);
+    while (p) {
+        post *next = p->next;
+        p->fn(p->arg);
+        free(p);
+        p = next;
+    }
+}
+
+static void run_timers(hvd_server *s) {
+    int64_t now = now_ms();
+    while (s->timers && s->timers->due_ms <= now) {
+        timer *t = s->timers;
+        s->timers = t->next;
+        t->fn(t->arg);
+        free(t);
+    }
+}
+
+static void sweep(hvd_server *s) {
+    int64_t now = now_ms();
+    const hvd_server_config *cfg = &s->cfg;
+    for (conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        bool expired = false;
+        if (c->state != CS_OPEN)
+            expired = now - c->created_ms > cfg->handshake_timeout_ms;
+        else if (c->stall_ms && now - c->stall_ms > cfg->write_timeout_ms)
+            expired = true;
+        else if (!c->calls && hvd_buf_pending(&c->out) == 0)
+            expired = now - c->last_rx_ms > cfg->idle_timeout_ms;
+        if (expired) {
+            COUNT(s, timeouts);
+            if (c->state != CS_OPEN) COUNT(s, handshake_failed);
+            conn_close(c);
+        }
+    }
+    s->next_sweep_ms = now + SWEEP_MS;
+}
+
+static int next_wait_ms(hvd_server *s) {
+    int64_t now = now_ms();
+    int64_t due = s->next_sweep_ms;
+    if (s->timers && s->timers->due_ms < due) due = s->timers->due_ms;
+    return due <= now ? 0 : (int)(due - now);
+}
+
+static void handle_events(hvd_server *s, struct epoll_event *evs, int n, bool output_only) {
+    for (int i = 0; i < n; i++) {
+        src_kind *k = evs[i].data.ptr;
+        uint32_t e = evs[i].events;
+        if (*k == SRC_LISTEN) {
+            if (!output_only) on_accept(s);
+        } else if (*k == SRC_WAKE) {
+            run_posts(s);
+        } else if (*k == SRC_WATCH) {
+            watch *w = (watch *)k;
+            if (w->fn && !output_only) w->fn(w->fd, e, w->arg);
+        } else {
+            conn *c = (conn *)k;
+            if (c->state == CS_DEAD) continue;
+            if (e & EPOLLOUT) {
+                conn_flush(c);
+                if (!output_only) fire_writable(c);
+            }
+            if (output_only) continue;
+            if (c->state != CS_DEAD && (e & (EPOLLIN | EPOLLERR | EPOLLHUP))) on_readable(c);
+        }
+    }
+}
+
+static void *loop_main(void *arg) {
+    hvd_server *s = arg;
+    struct epoll_event evs[MAX_EVENTS];
+    s->next_sweep_ms = now_ms() + SWEEP_MS;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->lock);
+        if (stopping) break;
+        int n = epoll_wait(s->epfd, evs, MAX_EVENTS, next_wait_ms(s));
+        if (n < 0 && errno != EINTR) break;
+        if (n > 0) handle_events(s, evs, n, false);
+        run_timers(s);
+        if (now_ms() >= s->next_sweep_ms) sweep(s);
+        bury_dead(s);
+    }
+    /* Stopping: no new connections or requests; let replies already queued drain. */
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+    for (conn *c = s->conns; c; c = c->next)
+        shutdown(c->fd, SHUT_RD);
+    int64_t deadline = now_ms() + STOP_FLUSH_MS;
+    for (;;) {
+        bool pending = false;
+        for (conn *c = s->conns; c; c = c->next)
+            if (hvd_buf_pending(&c->out) > 0) pending = true;
+        int64_t left = deadline - now_ms();
+        if (!pending || left <= 0) break;
+        int n = epoll_wait(s->epfd, evs, MAX_EVENTS, (int)(left > 50 ? 50 : left));
+        if (n > 0) handle_events(s, evs, n, true);
+        bury_dead(s);
+    }
+    return NULL;
+}
+
+/* ---- Public API ------------------------------------------------------------------------- */
+
+hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err) {
+    if (!cfg->name || !*cfg->name || strlen(cfg->name) > 255) {
+        hvd_err_set(err, HVD_E_INVALID, "a service needs a name of 1 to 255 characters");
+        return NULL;
+    }
+    hvd_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    if (!s->cfg.max_frame) s->cfg.max_frame = HVD_DEFAULT_MAX_FRAME;
+    if (!s->cfg.handshake_timeout_ms) s->cfg.handshake_timeout_ms = 5000;
+    if (!s->cfg.idle_timeout_ms) s->cfg.idle_timeout_ms = 60000;
+    if (!s->cfg.write_timeout_ms) s->cfg.write_timeout_ms = 30000;
+    if (!s->cfg.max_conns) s->cfg.max_conns = 16384;
+    if (!s->cfg.max_output) s->cfg.max_output = 4u << 20;
+    s->cfg.bind_host = NULL; /* not kept: the listening socket is bound below */
+    s->name = strdup(cfg->name);
+    s->listen_fd = s->wake_fd = s->epfd = -1;
+    s->listen_kind = SRC_LISTEN;
+    s->wake_kind = SRC_WAKE;
+    pthread_mutex_init(&s->lock, NULL);
+    msgpack_sbuffer_init(&s->sb);
+    if (!s->name) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        goto fail;
+    }
+    s->listen_fd = hvd_listen_tcp(cfg->bind_host, cfg->port, &s->port, err);
+    if (s->listen_fd < 0) {
+        hvd_err_prefix(err, "%s: ", cfg->name);
+        goto fail;
+    }
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->epfd < 0 || s->wake_fd < 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot create epoll/eventfd: %s", cfg->name,
+                    strerror(errno));
+        goto fail;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_kind};
+    struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &s->wake_kind};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0 ||
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &wev) != 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "%s: epoll_ctl: %s", cfg->name, strerror(errno));
+        goto fail;
+    }
+    return s;
+fail:
+    hvd_server_destroy(s);
+    return NULL;
+}
+
+int hvd_server_handle(hvd_server *s, uint32_t type, hvd_handler_fn fn, void *user) {
+    if (type < 100 || s->started || find_handler(s, type)) return -1;
+    handler *h = realloc(s->handlers, (s->nhandlers + 1) * sizeof *h);
+    if (!h) return -1;
+    s->handlers = h;
+    s->handlers[s->nhandlers++] = (handler){type, fn, user};
+    return 0;
+}
+
+int hvd_server_start(hvd_server *s, hvd_err *err) {
+    if (s->started) return hvd_err_set(err, HVD_E_STATE, "%s is already started", s->name);
+    int rc = pthread_create(&s->thread, NULL, loop_main, s);
+    if (rc != 0)
+        return hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot start its loop thread: %s", s->name,
+                           strerror(rc));
+    s->started = true;
+    return 0;
+}
+
+void hvd_server_stop(hvd_server *s) {
+    if (!s || s->stopped) return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    pthread_mutex_unlock(&s->lock);
+    if (s->started) {
+        uint64_t one = 1;
+        (void)!write(s->wake_fd, &one, sizeof one);
+        pthread_join(s->thread, NULL);
+    }
+    /* The loop is gone: this thread now owns everything. Run what was posted after the loop
+     * left (so posted work is never silently lost), then close connections, which cancels
+     * held calls. */
+    pthread_mutex_lock(&s->lock);
+    s->posts_closed = true;
+    pthread_mutex_unlock(&s->lock);
+    run_posts(s);
+    while (s->conns)
+        conn_close(s->conns);
+    while (s->timers) {
+        timer *t = s->timers;
+        s->timers = t->next;
+        free(t);
+    }
+    bury_dead(s);
+    s->stopped = true;
+}
+
+void hvd_server_destroy(hvd_server *s) {
+    if (!s) return;
+    hvd_server_stop(s);
+    while (s->watches) {
+        watch *w = s->watches;
+        s->watches = w->next;
+        free(w);
+    }
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->wake_fd >= 0) close(s->wake_fd);
+    if (s->epfd >= 0) close(s->epfd);
+    msgpack_sbuffer_destroy(&s->sb);
+    pthread_mutex_destroy(&s->lock);
+    hvd_secret_wipe(&s->cfg.secret);
+    free(s->handlers);
+    free(s->name);
+    free(s);
+}
+
+uint16_t hvd_server_port(const hvd_server *s) {
+    return s->port;
+}
+
+const char *hvd_server_name(const hvd_server *s) {
+    return s->name;
+}
+
+int hvd_server_addrs(const hvd_server *s, const char *const *only, hvd_addr **out, size_t *n,
+                     hvd_err *err) {
+    return hvd_local_addrs(out, n, s->port, only, err);
+}
+
+void hvd_server_get_stats(hvd_server *s, hvd_server_stats *o) {
+    o->accepted = atomic_load(&s->st.accepted);
+    o->refused = atomic_load(&s->st.refused);
+    o->handshake_failed = atomic_load(&s->st.handshake_failed);
+    o->frames_rejected = atomic_load(&s->st.frames_rejected);
+    o->malformed = atomic_load(&s->st.malformed);
+    o->unknown_type = atomic_load(&s->st.unknown_type);
+    o->requests = atomic_load(&s->st.requests);
+    o->timeouts = atomic_load(&s->st.timeouts);
+    o->open_conns = atomic_load(&s->st.open_conns);
+}
+
+int hvd_server_post(hvd_server *s, hvd_loop_fn fn, void *arg) {
+    post *p = malloc(sizeof *p);
+    if (!p) return -1;
+    p->fn = fn;
+    p->arg = arg;
+    p->next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->posts_closed) {
+        pthread_mutex_unlock(&s->lock);
+        free(p);
+        return -1;
+    }
+    if (s->posts_tail)
+        s->posts_tail->next = p;
+    else
+        s->posts = p;
+    s->posts_tail = p;
+    pthread_mutex_unlock(&s->lock);
+    uint64_t one = 1;
+    (void)!write(s->wake_fd, &one, sizeof one);
+    return 0;
+}
+
+bool hvd_server_on_loop(const hvd_server *s) {
+    return s->started && pthread_equal(pthread_self(), s->thread);
+}
+
+uint64_t hvd_server_timer(hvd_server *s, int delay_ms, hvd_loop_fn fn, void *arg) {
+    timer *t = malloc(sizeof *t);
+    if (!t) return 0;
+    t->id = ++s->next_timer_id;
+    t->due_ms = now_ms() + (delay_ms < 0 ? 0 : delay_ms);
+    t->fn = fn;
+    t->arg = arg;
+    timer **pp = &s->timers;
+    while (*pp && (*pp)->due_ms <= t->due_ms)
+        pp = &(*pp)->next;
+    t->next = *pp;
+    *pp = t;
+    return t->id;
+}
+
+void hvd_server_timer_cancel(hvd_server *s, uint64_t id) {
+    for (timer **pp = &s->timers; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == id) {
+            timer *t = *pp;
+            *pp = t->next;
+            free(t);
+            return;
+        }
+    }
+}
+
+int hvd_server_watch(hvd_server *s, int fd, uint32_t events, hvd_fd_fn fn, void *arg,
+                     hvd_err *err) {
+    for (watch *w = s->watches; w; w = w->next) {
+        if (w->fd == fd) {
+            struct epoll_event ev = {.events = events, .data.ptr = w};
+            if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
+                return hvd_err_set(err, HVD_E_INTERNAL, "cannot watch fd %d: %s", fd,
+                                   strerror(errno));
+            w->fn = fn;
+            w->arg = arg;
+            return 0;
+        }
+    }
+    watch *w = calloc(1, sizeof *w);
+    if (!w) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    w->kind = SRC_WATCH;
+    w->fd = fd;
+    w->fn = fn;
+    w->arg = arg;
+    struct epoll_event ev = {.events = events, .data.ptr = w};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        free(w);
+        return hvd_err_set(err, HVD_E_INTERNAL, "cannot watch fd %d: %s", fd, strerror(errno));
+    }
+    w->next = s->watches;
+    s->watches = w;
+    return 0;
+}
+
+void hvd_server_unwatch(hvd_server *s, int fd) {
+    for (watch **pp = &s->watches; *pp; pp = &(*pp)->next) {
+        if ((*pp)->fd == fd) {
+            watch *w = *pp;
+            *pp = w->next;
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+            w->fn = NULL; /* an event for it may still be in the current batch */
+            w->next = s->dead_watches;
+            s->dead_watches = w;
+            return;
+        }
+    }
+}
+
+/* ---- Calls ------------------------------------------------------------------------------- */
+
+uint32_t hvd_call_type(const hvd_call *c) {
+    return c->type;
+}
+
+const char *hvd_call_peer_host(const hvd_call *c) {
+    return c->c ? c->c->peer : "";
+}
+
+hvd_server *hvd_call_server(const hvd_call *c) {
+    return c->srv;
+}
+
+static void call_done(hvd_call *call) {
+    call->answered = true;
+    call->cancel_fn = NULL;
+    call->writable_fn = NULL;
+    if (!call->in_handler) call_release(call);
+}
+
+int hvd_call_reply(hvd_call *call, const hvd_msg_desc *desc, const void *msg) {
+    if (call->answered) return -1;
+    int rc = 0;
+    if (call->c) {
+        rc = conn_send(call->c, HVD_KIND_REPLY, desc->type, call->id, desc, msg);
+        if (rc == -2) {
+            send_error(call->c, call->id, HVD_E_INTERNAL, "reply could not be encoded");
+            rc = -1;
+        } else {
+            rc = 0;
+        }
+    }
+    call_done(call);
+    return rc;
+}
+
+void hvd_call_fail(hvd_call *call, int code, const char *fmt, ...) {
+    if (call->answered) return;
+    if (code == HVD_E_PROTOCOL) COUNT(call->srv, malformed);
+    if (call->c) {
+        char msg[HVD_ERR_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        send_error(call->c, call->id, code, msg);
+    }
+    call_done(call);
+}
+
+void hvd_call_on_cancel(hvd_call *call, hvd_loop_fn fn, void *arg) {
+    call->cancel_fn = fn;
+    call->cancel_arg = arg;
+}
+
+int hvd_call_stream(hvd_call *call, uint32_t channel, const void *data, size_t len) {
+    if (!call->c || call->answered) return -1;
+    hvd_chunk ch = {.channel = channel, .data = {(uint8_t *)data, len}};
+    return conn_send(call->c, HVD_KIND_STREAM, 0, call->id, &hvd_chunk_desc, &ch) == 0 ? 0 : -1;
+}
+
+size_t hvd_call_stream_room(const hvd_call *call) {
+    if (!call->c) return 0;
+    size_t pending = hvd_buf_pending(&call->c->out);
+    size_t max = call->srv->cfg.max_output;
+    return pending >= max ? 0 : max - pending;
+}
+
+void hvd_call_on_writable(hvd_call *call, hvd_loop_fn fn, void *arg) {
+    call->writable_fn = fn;
+    call->writable_arg = arg;
+    /* Arm EPOLLOUT even if nothing is pending, so the callback runs on the next loop pass. */
+    if (call->c) set_out_interest(call->c, true);
+}

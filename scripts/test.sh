@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds hvd-bridge with warnings as errors, and runs the whole
+# test suite with ctest.
+#   scripts/test.sh                          plain build in build/
+#   scripts/test.sh --sanitize address,undefined   (build-asan/, clang)
+#   scripts/test.sh --sanitize thread               (build-tsan/, clang)
+# Extra arguments after -- go to ctest (e.g. -- -R rpc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=""
+build=build
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+bash scripts/install-deps.sh
+
+cc_args=()
+if [ -n "$sanitize" ]; then
+  case "$sanitize" in
+    thread) build=${build/#build/build-tsan} ;;
+    *) build=${build/#build/build-asan} ;;
+  esac
+  cc_args=(-DCMAKE_C_COMPILER=clang -DHVD_SANITIZE="$sanitize")
+fi
+
+cmake -S . -B "$build" -DHVD_WERROR=ON "${cc_args[@]}" >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+# Open MPI refuses to run as root unless told; CI runs as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+cd "$build"
+ctest --output-on-failure "$@"
