@@ -1,12 +1,14 @@
 /* libFuzzer target for the message decoder: arbitrary bytes through the msgpack pre-check,
  * msgpack-c, and hvd_msg_unpack against every message description the RPC layer defines
- * plus one that uses every field kind (nested lists included). Whatever decodes must encode
+ * and the driver and task services (include/hvd/proto.h), plus one that uses every field
+ * kind (nested lists included). Whatever decodes must encode
  * and decode again to the same bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "envelope.h"
+#include "hvd/proto.h"
 #include "hvd/rpc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -73,10 +75,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort(); /* the pre-check accepted it, so msgpack-c must too */
     const hvd_msg_desc *descs[] = {&hvd_pong_desc, &hvd_error_desc, &hvd_chunk_desc, &all_desc};
     for (size_t i = 0; i < sizeof descs / sizeof descs[0]; i++) {
-        void *msg = calloc(1, descs[i]->size);
+        void *msg = calloc(1, descs[i]->size ? descs[i]->size : 1);
         if (hvd_msg_unpack(&u.data, descs[i], msg, &err) == 0) {
             roundtrip(descs[i], msg);
             hvd_msg_free(descs[i], msg);
+        }
+        free(msg);
+    }
+    for (size_t i = 0; i < hvd_proto_count; i++) {
+        const hvd_msg_desc *d = hvd_proto_all[i];
+        void *msg = calloc(1, d->size ? d->size : 1);
+        if (hvd_msg_unpack(&u.data, d, msg, &err) == 0) {
+            roundtrip(d, msg);
+            hvd_msg_free(d, msg);
         }
         free(msg);
     }

@@ -20,6 +20,19 @@ int hvd_msg_pack(msgpack_packer *pk, const hvd_msg_desc *desc, const void *msg) 
         const char *p = (const char *)msg + f->offset;
         int rc = 0;
         switch (f->kind) {
+        case HVD_F_U16:
+            rc = msgpack_pack_uint16(pk, *(const uint16_t *)p);
+            break;
+        case HVD_F_CHARS:
+            rc = msgpack_pack_str_with_body(pk, p, strnlen(p, f->cap));
+            break;
+        case HVD_F_U32V: {
+            const hvd_u32v *uv = (const hvd_u32v *)p;
+            if (uv->n > UINT32_MAX) return -1;
+            rc = msgpack_pack_array(pk, uv->n);
+            for (size_t j = 0; rc == 0 && j < uv->n; j++) rc = msgpack_pack_uint32(pk, uv->v[j]);
+            break;
+        }
         case HVD_F_U32:
             rc = msgpack_pack_uint32(pk, *(const uint32_t *)p);
             break;
@@ -139,6 +152,35 @@ static int unpack_field(const msgpack_object *o, const hvd_msg_desc *d, const hv
     uint64_t u;
     int64_t i;
     switch (f->kind) {
+    case HVD_F_U16:
+        if (get_uint(o, UINT16_MAX, &u) != 0)
+            return bad(err, d, f, "expected a 16-bit unsigned", o);
+        *(uint16_t *)p = (uint16_t)u;
+        return 0;
+    case HVD_F_CHARS:
+        if (o->type != MSGPACK_OBJECT_STR) return bad(err, d, f, "expected a string", o);
+        if (o->via.str.size >= f->cap) return bad(err, d, f, "string is too long", o);
+        if (o->via.str.size && memchr(o->via.str.ptr, '\0', o->via.str.size))
+            return bad(err, d, f, "string contains a NUL byte", o);
+        if (o->via.str.size) memcpy(p, o->via.str.ptr, o->via.str.size);
+        p[o->via.str.size] = '\0';
+        return 0;
+    case HVD_F_U32V: {
+        hvd_u32v *uv = (hvd_u32v *)p;
+        if (o->type != MSGPACK_OBJECT_ARRAY)
+            return bad(err, d, f, "expected a list of integers", o);
+        uint32_t n = o->via.array.size;
+        uv->v = calloc(n ? n : 1, sizeof(uint32_t));
+        if (!uv->v) return bad(err, d, f, "out of memory", o);
+        for (uint32_t j = 0; j < n; j++) {
+            if (get_uint(&o->via.array.ptr[j], UINT32_MAX, &u) != 0)
+                return bad(err, d, f, "list element is not a 32-bit unsigned",
+                           &o->via.array.ptr[j]);
+            uv->v[j] = (uint32_t)u;
+        }
+        uv->n = n;
+        return 0;
+    }
     case HVD_F_U32:
         if (get_uint(o, UINT32_MAX, &u) != 0)
             return bad(err, d, f, "expected a 32-bit unsigned", o);
@@ -257,6 +299,9 @@ void hvd_msg_free(const hvd_msg_desc *desc, void *msg) {
             break;
         case HVD_F_BIN:
             free(((hvd_bytes *)p)->data);
+            break;
+        case HVD_F_U32V:
+            free(((hvd_u32v *)p)->v);
             break;
         case HVD_F_STRV: {
             hvd_strv *sv = (hvd_strv *)p;

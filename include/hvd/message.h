@@ -27,16 +27,19 @@
 
 /* Field kinds and the C type each one maps to. */
 typedef enum hvd_field_kind {
-    HVD_F_U32,  /* uint32_t */
-    HVD_F_U64,  /* uint64_t */
-    HVD_F_I32,  /* int32_t */
-    HVD_F_I64,  /* int64_t */
-    HVD_F_BOOL, /* bool */
-    HVD_F_F64,  /* double */
-    HVD_F_STR,  /* char *: UTF-8 text without NUL bytes; NULL is sent as nil */
-    HVD_F_BIN,  /* hvd_bytes: arbitrary bytes */
-    HVD_F_STRV, /* hvd_strv: list of strings */
-    HVD_F_LIST, /* hvd_list: list of structs described by `elem` */
+    HVD_F_U32,   /* uint32_t */
+    HVD_F_U64,   /* uint64_t */
+    HVD_F_I32,   /* int32_t */
+    HVD_F_I64,   /* int64_t */
+    HVD_F_BOOL,  /* bool */
+    HVD_F_F64,   /* double */
+    HVD_F_STR,   /* char *: UTF-8 text without NUL bytes; NULL is sent as nil */
+    HVD_F_BIN,   /* hvd_bytes: arbitrary bytes */
+    HVD_F_STRV,  /* hvd_strv: list of strings */
+    HVD_F_LIST,  /* hvd_list: list of structs described by `elem` */
+    HVD_F_U16,   /* uint16_t */
+    HVD_F_CHARS, /* char[cap]: a string in a fixed array; longer input is refused */
+    HVD_F_U32V,  /* hvd_u32v: list of uint32_t */
 } hvd_field_kind;
 
 typedef struct hvd_bytes {
@@ -48,6 +51,11 @@ typedef struct hvd_strv {
     char **v; /* v[n] is NULL after decoding */
     size_t n;
 } hvd_strv;
+
+typedef struct hvd_u32v {
+    uint32_t *v;
+    size_t n;
+} hvd_u32v;
 
 typedef struct hvd_list {
     void *v; /* array of n structs of elem->size bytes */
@@ -61,6 +69,7 @@ typedef struct hvd_field {
     hvd_field_kind kind;
     size_t offset;                   /* offsetof(struct, member) */
     const struct hvd_msg_desc *elem; /* HVD_F_LIST only */
+    size_t cap;                      /* HVD_F_CHARS only: the array's size */
 } hvd_field;
 
 typedef struct hvd_msg_desc {
@@ -72,9 +81,11 @@ typedef struct hvd_msg_desc {
 } hvd_msg_desc;
 
 #define HVD_FIELD(T, member, kind)                                                                 \
-    { #member, kind, offsetof(T, member), NULL }
+    { #member, kind, offsetof(T, member), NULL, 0 }
 #define HVD_FIELD_LIST(T, member, elem_desc)                                                       \
-    { #member, HVD_F_LIST, offsetof(T, member), &(elem_desc) }
+    { #member, HVD_F_LIST, offsetof(T, member), &(elem_desc), 0 }
+#define HVD_FIELD_CHARS(T, member)                                                                 \
+    { #member, HVD_F_CHARS, offsetof(T, member), NULL, sizeof(((T *)0)->member) }
 #define HVD_MSG(type, name, T, fields)                                                             \
     { (type), (name), sizeof(T), (fields), sizeof(fields) / sizeof((fields)[0]) }
 /* A message with no fields. */

@@ -1,0 +1,89 @@
+/* libhvd_driver: the driver service (Horovod's SparkDriverService, its defects fixed).
+ *
+ * It keeps the registry of task services (index -> host hash, addresses, GPUs, work dir;
+ * host hash -> sorted indices; rank -> index), hands out the job's entry point, waits for
+ * registration, has the tasks probe each other and computes the interfaces every pair of
+ * tasks can use, builds the host list for mpirun, and collects every rank's result.
+ * Requests are served on the service's loop thread; the functions below may be called from
+ * any one other thread (the launcher's). */
+#ifndef HVD_DRIVER_H
+#define HVD_DRIVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd/error.h"
+#include "hvd/net.h"
+#include "hvd/proto.h"
+
+typedef struct hvd_driver hvd_driver;
+
+/* Receives one progress or diagnostic line (no newline). May be called from the loop thread. */
+typedef void (*hvd_log_fn)(void *user, const char *line);
+
+typedef struct hvd_driver_config {
+    uint32_t num_tasks;       /* N: tasks 0..N-1 must register */
+    hvd_secret secret;        /* the job secret */
+    const hvd_code_msg *code; /* the entry point handed to ranks (deep-copied) */
+    const char *const *nics;  /* NULL-terminated interface names the user fixed (skips
+                                 probing), or NULL */
+    const char *bind_host;    /* numeric address to listen on; NULL: all interfaces */
+    uint16_t port;            /* 0: ephemeral */
+    hvd_log_fn log;           /* progress lines; NULL: none */
+    void *log_user;
+} hvd_driver_config;
+
+/* Starts the driver service. Returns NULL with err. */
+hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err);
+
+/* The addresses tasks and agents can reach the driver at (malloc'd array). Returns 0, or -1. */
+int hvd_driver_addrs(hvd_driver *d, hvd_addr **out, size_t *n, hvd_err *err);
+
+/* Waits until all N tasks registered, logging "k/N tasks registered" as they come. On
+ * timeout returns -1 with an error that says how many registered, lists the missing indices
+ * and says what to check. Returns 0 when all are in. */
+int hvd_driver_wait_registration(hvd_driver *d, int timeout_ms, hvd_err *err);
+
+/* Tells every task that registration is complete (with the table of all tasks), waits for
+ * each task's report of which peers' addresses it reached (a full mesh), and returns the
+ * interface names usable between every ordered pair of tasks, as a malloc'd NULL-terminated
+ * array (free with hvd_strv_free-like loop: free each, then the array). With user-fixed nics,
+ * returns those without probing. With one task, returns that task's interfaces. Returns -1
+ * with an error naming the pairs that share no interface, or the tasks that did not report
+ * in time. */
+int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, hvd_err *err);
+
+/* The -H host list for mpirun: "<host hash>:<slots>,..." with hosts sorted by name and then
+ * rotated so that the host of task 0 comes first (so rank 0 lands on task 0). malloc'd;
+ * NULL with err before registration is complete. */
+char *hvd_driver_host_list(hvd_driver *d, hvd_err *err);
+
+/* One rank's outcome. */
+typedef struct hvd_rank_result {
+    int rank;
+    uint32_t index; /* the task the rank represents */
+    char *host_hash;
+    bool present;  /* false: the rank never reported (it died, or never started) */
+    int status;    /* the entry point's status */
+    uint8_t *data; /* result bytes */
+    size_t len;
+    char *error; /* error text or NULL */
+} hvd_rank_result;
+
+/* Every rank's result in rank order, for ranks 0..N-1 (N = num_tasks): a rank that never
+ * reported has present = false. Returns 0 with a malloc'd array, or -1. */
+int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err *err);
+void hvd_driver_results_free(hvd_rank_result *r, size_t n);
+
+/* A copy of a registered task's entry (free with hvd_msg_free(&hvd_task_info_desc, out)).
+ * Returns 0, or -1 if the index is not registered. */
+int hvd_driver_task(hvd_driver *d, uint32_t index, hvd_task_info *out, hvd_err *err);
+
+/* Answers every WAIT_SHUTDOWN long-poll (and later ones at once): tasks end. */
+void hvd_driver_shutdown_tasks(hvd_driver *d);
+
+/* Shuts tasks down, stops the service and frees everything. NULL is ignored. */
+void hvd_driver_stop(hvd_driver *d);
+
+#endif

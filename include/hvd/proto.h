@@ -1,0 +1,209 @@
+/* The messages of the driver service and the task services (docs/protocol.md, "Driver
+ * service" and "Task service"). Every request is answered with the reply named in its
+ * comment, or with an error reply (hvd_error_body). Requests marked idempotent may be retried
+ * by clients (HVD_CALL_RETRY).
+ *
+ * Service names (bound into the handshake): the driver is "driver"; task service i is
+ * "task i" (hvd_task_service_name). */
+#ifndef HVD_PROTO_H
+#define HVD_PROTO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hvd/message.h"
+#include "hvd/net.h"
+
+#define HVD_DRIVER_SERVICE   "driver"
+#define HVD_SERVICE_NAME_MAX 32
+
+/* Writes "task <index>" into out. */
+void hvd_task_service_name(uint32_t index, char out[HVD_SERVICE_NAME_MAX]);
+
+/* ---- Environment variables -------------------------------------------------------------- */
+
+/* Text form of the driver's addresses (hvd_addrs_format), for hvd-rsh and hvd-exec. */
+#define HVD_DRIVER_ADDRS_ENV "HVD_DRIVER_ADDRS"
+/* Set by a task service for its command: the host hash and the executor's work dir (Horovod's
+ * names), and this task's index. */
+#define HVD_HOSTNAME_ENV   "HOROVOD_HOSTNAME"
+#define HVD_WORK_DIR_ENV   "HOROVOD_SPARK_WORK_DIR"
+#define HVD_TASK_INDEX_ENV "HVD_TASK_INDEX"
+
+/* ---- Message types ---------------------------------------------------------------------- */
+
+enum {
+    /* driver service requests */
+    HVD_MSG_REGISTER_TASK = 200,    /* hvd_task_info -> ack; idempotent (replaces) */
+    HVD_MSG_TASK_ADDRS = 201,       /* hvd_index_msg -> hvd_addrs_msg; idempotent */
+    HVD_MSG_HOST_INDICES = 202,     /* hvd_host_msg -> hvd_indices_msg; idempotent */
+    HVD_MSG_SET_LOCAL_RANK = 203,   /* hvd_local_rank_msg -> hvd_index_msg; idempotent */
+    HVD_MSG_INDEX_BY_RANK = 204,    /* hvd_rank_msg -> hvd_index_msg; idempotent */
+    HVD_MSG_CODE = 205,             /* empty -> hvd_code_msg; idempotent */
+    HVD_MSG_REPORT_REACHABLE = 206, /* hvd_reachable_msg -> ack; idempotent (replaces) */
+    HVD_MSG_WAIT_SHUTDOWN = 207,    /* empty -> ack when the driver shuts tasks down (long-poll) */
+    HVD_MSG_REPORT_RESULT = 208,    /* hvd_result_msg -> ack; idempotent (replaces) */
+    HVD_MSG_TASK_INFO = 209,        /* hvd_index_msg -> hvd_task_info; idempotent */
+
+    /* task service requests */
+    HVD_MSG_REGISTRATION_DONE = 300, /* hvd_peers_msg -> ack; the task then probes its peers
+                                        (unless probe is false) and sends REPORT_REACHABLE */
+    HVD_MSG_RUN_COMMAND = 301,       /* hvd_run_msg -> ack, or (attach) stream chunks on
+                                        channels 1 (stdout) and 2 (stderr), then hvd_exit_msg */
+    HVD_MSG_ATTACH = 302,            /* empty -> chunks as above, then hvd_exit_msg */
+    HVD_MSG_ABORT = 303,             /* empty -> ack; idempotent */
+    HVD_MSG_WAIT_EXIT = 304,         /* empty -> hvd_exit_msg when the command ends (long-poll);
+                                        idempotent */
+    HVD_MSG_COMMAND_STATUS = 305,    /* empty -> hvd_status_msg; idempotent */
+    HVD_MSG_RESOURCES = 306,         /* empty -> hvd_task_info (this task's entry); idempotent */
+    HVD_MSG_REGISTER_RESULT = 307,   /* hvd_result_msg -> ack; idempotent (replaces) */
+    HVD_MSG_GET_RESULT = 308,        /* empty -> hvd_result_msg; idempotent */
+
+    /* replies */
+    HVD_MSG_ADDRS = 400,
+    HVD_MSG_INDICES = 401,
+    HVD_MSG_INDEX = 402,
+    HVD_MSG_CODE_REPLY = 403,
+    HVD_MSG_EXIT = 404,
+    HVD_MSG_STATUS = 405,
+    HVD_MSG_TASK_INFO_REPLY = 406,
+    HVD_MSG_RESULT = 407,
+};
+
+/* Stream channels of RUN_COMMAND / ATTACH. */
+#define HVD_CHANNEL_STDOUT 1
+#define HVD_CHANNEL_STDERR 2
+
+/* ---- Bodies ------------------------------------------------------------------------------ */
+
+/* An address on the wire: hvd_addr itself (ifname, host, port). */
+extern const hvd_msg_desc hvd_addr_desc;
+
+/* What a task registers, and what RESOURCES and TASK_INFO return. */
+typedef struct hvd_task_info {
+    uint32_t index;
+    char *host_hash;
+    hvd_list addrs; /* hvd_addr: every address of the task service */
+    hvd_strv gpus;  /* GPU ids of the executor ("0", "1"), maybe empty */
+    char *work_dir; /* the executor's working directory */
+} hvd_task_info;
+extern const hvd_msg_desc hvd_register_task_desc; /* REGISTER_TASK */
+extern const hvd_msg_desc hvd_task_info_desc;     /* TASK_INFO_REPLY */
+
+typedef struct hvd_index_msg {
+    uint32_t index;
+} hvd_index_msg;
+extern const hvd_msg_desc hvd_task_addrs_desc;    /* TASK_ADDRS request */
+extern const hvd_msg_desc hvd_task_info_req_desc; /* TASK_INFO request */
+extern const hvd_msg_desc hvd_index_desc;         /* INDEX reply */
+
+typedef struct hvd_addrs_msg {
+    hvd_list addrs; /* hvd_addr */
+} hvd_addrs_msg;
+extern const hvd_msg_desc hvd_addrs_desc; /* ADDRS reply */
+
+typedef struct hvd_host_msg {
+    char *host_hash;
+} hvd_host_msg;
+extern const hvd_msg_desc hvd_host_indices_desc; /* HOST_INDICES request */
+
+typedef struct hvd_indices_msg {
+    hvd_u32v indices; /* sorted ascending */
+} hvd_indices_msg;
+extern const hvd_msg_desc hvd_indices_desc; /* INDICES reply */
+
+typedef struct hvd_local_rank_msg {
+    char *host_hash;
+    uint32_t local_rank;
+    uint32_t rank;
+} hvd_local_rank_msg;
+extern const hvd_msg_desc hvd_set_local_rank_desc;
+
+typedef struct hvd_rank_msg {
+    uint32_t rank;
+} hvd_rank_msg;
+extern const hvd_msg_desc hvd_index_by_rank_desc;
+
+/* The job's entry point. */
+enum { HVD_CODE_ARGV = 1, HVD_CODE_SHARED_OBJECT = 2 };
+typedef struct hvd_code_msg {
+    uint32_t kind;    /* HVD_CODE_ARGV or HVD_CODE_SHARED_OBJECT */
+    hvd_strv argv;    /* ARGV: the program and its arguments */
+    hvd_bytes object; /* SHARED_OBJECT: the .so file's bytes */
+    char *symbol;     /* SHARED_OBJECT: the hvd_entry_fn to call */
+    hvd_bytes arg;    /* SHARED_OBJECT: the argument bytes */
+} hvd_code_msg;
+extern const hvd_msg_desc hvd_code_req_desc; /* CODE request (empty) */
+extern const hvd_msg_desc hvd_code_desc;     /* CODE_REPLY */
+
+/* Task-to-task reachability: which addresses of task `to` the task `from` reached. */
+typedef struct hvd_reach {
+    uint32_t to;
+    hvd_list addrs; /* hvd_addr: reached, with the interface name matching on both ends */
+} hvd_reach;
+typedef struct hvd_reachable_msg {
+    uint32_t from;
+    hvd_list reach; /* hvd_reach, one per probed peer */
+} hvd_reachable_msg;
+extern const hvd_msg_desc hvd_reachable_desc;
+
+/* A rank's result. */
+typedef struct hvd_result_msg {
+    int32_t rank;     /* -1 when unknown */
+    uint32_t index;   /* the task the rank represents */
+    bool present;     /* false: nothing registered yet (GET_RESULT) */
+    int32_t status;   /* the entry point's exit status */
+    hvd_bytes result; /* result bytes (may be empty) */
+    char *error;      /* error text, NULL on success */
+} hvd_result_msg;
+extern const hvd_msg_desc hvd_report_result_desc;   /* REPORT_RESULT (driver) */
+extern const hvd_msg_desc hvd_register_result_desc; /* REGISTER_RESULT (task) */
+extern const hvd_msg_desc hvd_result_desc;          /* RESULT reply */
+
+/* What the driver tells each task once every task registered. */
+typedef struct hvd_peers_msg {
+    bool probe;     /* false: the user fixed the interfaces; skip probing */
+    hvd_list tasks; /* hvd_task_info of every task (the receiver probes the others) */
+} hvd_peers_msg;
+extern const hvd_msg_desc hvd_registration_done_desc;
+
+typedef struct hvd_run_msg {
+    char *command;      /* run as /bin/sh -c command */
+    hvd_strv env_set;   /* "NAME=VALUE" added to the executor's environment */
+    hvd_strv env_unset; /* names removed from it */
+    bool prefix_output; /* "[index]<stdout>:" line prefixes */
+    bool timestamps;    /* asctime()-style timestamps before the prefixes */
+    bool attach;        /* stream output on this call and answer with the exit code */
+} hvd_run_msg;
+extern const hvd_msg_desc hvd_run_desc;
+
+typedef struct hvd_exit_msg {
+    int32_t exit_code; /* status, or 128 + signal */
+} hvd_exit_msg;
+extern const hvd_msg_desc hvd_exit_desc;
+
+typedef struct hvd_status_msg {
+    bool started;
+    bool ended;
+    int32_t exit_code; /* valid when ended */
+} hvd_status_msg;
+extern const hvd_msg_desc hvd_status_desc;
+
+/* Empty task-service requests. */
+extern const hvd_msg_desc hvd_attach_desc;
+extern const hvd_msg_desc hvd_abort_desc;
+extern const hvd_msg_desc hvd_wait_exit_desc;
+extern const hvd_msg_desc hvd_command_status_desc;
+extern const hvd_msg_desc hvd_resources_desc;
+extern const hvd_msg_desc hvd_get_result_desc;
+extern const hvd_msg_desc hvd_wait_shutdown_desc;
+
+/* Every request and reply description above (for fuzzing and docs). */
+extern const hvd_msg_desc *const hvd_proto_all[];
+extern const size_t hvd_proto_count;
+
+/* Copies an address list out of a decoded hvd_list (malloc'd array of *n addresses). Returns
+ * NULL only on out of memory (or n == 0). */
+hvd_addr *hvd_addrs_from_list(const hvd_list *l, size_t *n);
+
+#endif
