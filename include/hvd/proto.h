@@ -206,4 +206,18 @@ extern const size_t hvd_proto_count;
  * NULL only on out of memory (or n == 0). */
 hvd_addr *hvd_addrs_from_list(const hvd_list *l, size_t *n);
 
+/* ---- Clients of the two services --------------------------------------------------------- */
+
+struct hvd_client;
+
+/* Connects to the driver named by the environment: addresses from $HVD_DRIVER_ADDRS, secret
+ * from $HVD_SECRET or $HVD_SECRET_FILE. Returns NULL with err saying which variable is
+ * missing or wrong, or why the driver could not be reached. */
+struct hvd_client *hvd_driver_connect_env(hvd_secret *secret_out, hvd_err *err);
+
+/* Connects to task service `index`, asking the driver for its addresses. Returns NULL with
+ * err. */
+struct hvd_client *hvd_task_connect(struct hvd_client *driver, const hvd_secret *secret,
+                                    uint32_t index, hvd_err *err);
+
 #endif

@@ -1,0 +1,103 @@
+/* The task service's process runner: runs exactly one shell command, `/bin/sh -c <command>`,
+ * in its own session and process group, and guarantees that no process of it outlives the
+ * command's end, an abort, or the death of the process that started it.
+ *
+ * How it works (DESIGN.md section 4; Horovod's safe_shell_exec with its defects fixed):
+ *
+ *   owner (this process) --fork--> keeper --fork--> /bin/sh -c <command> --> descendants...
+ *
+ * The keeper is a small forked process that never execs and runs only async-signal-safe code.
+ * It makes itself a child subreaper, so every orphaned descendant of the command (double
+ * forks, daemons, setsid'd processes) is re-parented to it, and it blocks every signal it
+ * does not read itself, so terminal and group signals (SIGINT, SIGTERM, SIGHUP) cannot kill
+ * it. The owner and the keeper share a control socket, which is also the lifeline: when the
+ * owner dies for any reason, SIGKILL included, the keeper reads end-of-file and aborts the
+ * command. PR_SET_PDEATHSIG on the keeper covers the case where a forked copy of the owner
+ * still holds the socket; the shell gets PR_SET_PDEATHSIG(SIGKILL) in case the keeper dies.
+ *
+ * Abort: SIGTERM and SIGCONT to the command's process group and to every descendant of the
+ * keeper (found by walking /proc), then, after the grace period, SIGKILL to the group and to
+ * every descendant, repeated until none is left. The shell is never stopped, so TERM
+ * handlers run.
+ *
+ * The command has ENDED when the shell has exited and no descendant is left: a daemon the
+ * command started keeps it running until the daemon exits. The exit code is the shell's
+ * status, or 128 + signal number if the shell was killed by a signal.
+ *
+ * Threads: start and free may be called from any thread, also concurrently for different
+ * commands; one command object must be used by one thread at a time. The library forks from
+ * the calling thread and runs only async-signal-safe code in the children, so it is safe in a
+ * multithreaded process such as a JVM. All descriptors it creates are close-on-exec; the
+ * command's stdin is /dev/null and it inherits no descriptor of this process other than its
+ * stdout and stderr pipes. */
+#ifndef HVD_TASK_COMMAND_H
+#define HVD_TASK_COMMAND_H
+
+#include <sys/types.h>
+
+#include "hvd/error.h"
+
+/* Time between SIGTERM and SIGKILL on abort when the spec leaves grace_ms at 0. */
+#define HVD_COMMAND_DEFAULT_GRACE_MS 5000
+
+typedef struct hvd_command_spec {
+    const char *command; /* shell command line, run as `/bin/sh -c command`; required */
+    char *const *envp;   /* the command's environment; NULL: this process's environ */
+    const char *cwd;     /* working directory; NULL: this process's */
+    int grace_ms;        /* abort: SIGTERM, then SIGKILL after this many ms; 0: the default */
+} hvd_command_spec;
+
+typedef struct hvd_command hvd_command;
+
+/* Starts the command. Returns once the shell process leads its own session and process group
+ * (it may still be about to exec /bin/sh: a failing chdir or exec is reported on the
+ * command's stderr and as exit code 127). Blocks only for the keeper's start-up, which is a
+ * few system calls and a fork. Returns NULL and fills err on failure (invalid spec, missing working
+ * directory, out of descriptors or processes). */
+hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err);
+
+/* Non-blocking read ends of the command's stdout and stderr pipes; they reach end-of-file
+ * when every process of the command holding them has exited. The pipe is the only buffer:
+ * a command whose output is not read blocks (back-pressure). Owned by the command object:
+ * do not close them; remove them from any poll set before hvd_command_free. */
+int hvd_command_stdout_fd(const hvd_command *c);
+int hvd_command_stderr_fd(const hvd_command *c);
+
+/* A descriptor that becomes readable (POLLIN) when the command has ended: a pidfd of the
+ * keeper, or on kernels without pidfd_open (before 5.4) the read end of a pipe that
+ * reaches end-of-file when the keeper exits. Owned by the command object. */
+int hvd_command_exit_fd(const hvd_command *c);
+
+/* Collects the exit code without blocking. Returns 0 and sets *exit_code (may be NULL) once
+ * the command has ended (calling it again returns the same code); 1 while it is still
+ * running; -1 with errno set if the code cannot be known (ECHILD: the keeper was killed and
+ * reaped by someone else). */
+int hvd_command_reap(hvd_command *c, int *exit_code);
+
+/* Waits up to timeout_ms (-1: forever) for the command to end, then reaps it. Returns 0 with
+ * the code, 1 on timeout, -1 on error as hvd_command_reap. Does not read the output pipes:
+ * drain them, or a command that writes more than a pipe holds never ends. */
+int hvd_command_wait(hvd_command *c, int timeout_ms, int *exit_code);
+
+/* Asks the keeper to abort: SIGTERM to everything, SIGKILL after the grace period. Returns
+ * at once; the exit descriptor becomes readable when everything is gone. Aborting a command
+ * that has already ended, or aborting twice, does nothing. */
+void hvd_command_abort(hvd_command *c);
+
+/* The shell's process id; it is also the command's process group and session id. */
+pid_t hvd_command_pid(const hvd_command *c);
+pid_t hvd_command_pgid(const hvd_command *c);
+
+/* The keeper's process id (a child of this process). */
+pid_t hvd_command_keeper_pid(const hvd_command *c);
+
+/* Releases the command. If it is still running: closes the output pipes, aborts it and
+ * waits (blocking, up to the grace period plus the time the kernel takes to kill) until it
+ * has ended. NULL is ignored. */
+void hvd_command_free(hvd_command *c);
+
+/* For tests: when on, behave as on old kernels (no pidfd_open, no close_range), so that the
+ * fallback paths get exercised. Affects commands started afterwards. */
+void hvd_command_force_fallbacks(int on);
+
+#endif

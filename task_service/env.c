@@ -1,0 +1,139 @@
+/* Building the command's environment: see env.h. */
+#include "env.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Fills err like hvd_err_set (written here directly so that this library does not depend on
+ * libhvd_rpc). */
+__attribute__((format(printf, 3, 4))) static void set_err(hvd_err *err, int code, const char *fmt,
+                                                          ...) {
+    if (!err) return;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+}
+
+/* Whether entry ("NAME=VALUE" or a bare "NAME") is a variable called name[0..len). */
+static bool entry_is(const char *entry, const char *name, size_t len) {
+    return strncmp(entry, name, len) == 0 && (entry[len] == '=' || entry[len] == '\0');
+}
+
+/* The last change of the variable called name[0..len), or NULL. */
+static const hvd_env_change *last_change(const hvd_env_change *changes, size_t n, const char *name,
+                                         size_t len) {
+    for (size_t i = n; i-- > 0;)
+        if (strlen(changes[i].name) == len && strncmp(changes[i].name, name, len) == 0)
+            return &changes[i];
+    return NULL;
+}
+
+/* Where one entry of the result comes from: a base entry kept as is, or a change. */
+struct source {
+    const char *entry;         /* base entry, or NULL */
+    const hvd_env_change *set; /* change giving "name=value", when entry is NULL */
+};
+
+static size_t source_len(const struct source *s) {
+    if (s->entry) return strlen(s->entry);
+    return strlen(s->set->name) + 1 + strlen(s->set->value);
+}
+
+char **hvd_env_build(char *const *base, const hvd_env_change *changes, size_t n_changes,
+                     hvd_err *err) {
+    for (size_t i = 0; i < n_changes; i++) {
+        const char *name = changes[i].name;
+        if (!name || !*name || strchr(name, '=')) {
+            set_err(err, HVD_E_INVALID,
+                    "invalid environment variable name '%s': it must be non-empty and "
+                    "contain no '='",
+                    name ? name : "(null)");
+            return NULL;
+        }
+    }
+    size_t n_base = 0;
+    while (base && base[n_base])
+        n_base++;
+    if (n_base > SIZE_MAX / sizeof(struct source) - n_changes - 1) goto oom;
+    struct source *src = malloc((n_base + n_changes + 1) * sizeof *src);
+    if (!src) goto oom;
+
+    size_t n = 0;
+    for (size_t j = 0; j < n_base; j++) {
+        const char *e = base[j];
+        size_t len = strcspn(e, "=");
+        const hvd_env_change *c = last_change(changes, n_changes, e, len);
+        if (!c) {
+            src[n++] = (struct source){e, NULL};
+            continue;
+        }
+        if (!c->value) continue; /* unset */
+        bool first = true;
+        for (size_t p = 0; p < j && first; p++)
+            if (entry_is(base[p], e, len)) first = false;
+        if (first) src[n++] = (struct source){NULL, c}; /* replaced in place */
+    }
+    for (size_t i = 0; i < n_changes; i++) {
+        const hvd_env_change *c = &changes[i];
+        size_t len = strlen(c->name);
+        if (!c->value || last_change(changes, n_changes, c->name, len) != c) continue;
+        bool in_base = false;
+        for (size_t j = 0; j < n_base && !in_base; j++)
+            if (entry_is(base[j], c->name, len)) in_base = true;
+        if (!in_base) src[n++] = (struct source){NULL, c};
+    }
+
+    size_t bytes = (n + 1) * sizeof(char *);
+    for (size_t i = 0; i < n; i++) {
+        size_t l = source_len(&src[i]);
+        if (l >= SIZE_MAX - bytes) {
+            free(src);
+            goto oom;
+        }
+        bytes += l + 1;
+    }
+    char **envp = malloc(bytes);
+    if (!envp) {
+        free(src);
+        goto oom;
+    }
+    char *p = (char *)(envp + n + 1);
+    for (size_t i = 0; i < n; i++) {
+        envp[i] = p;
+        if (src[i].entry) {
+            size_t l = strlen(src[i].entry);
+            memcpy(p, src[i].entry, l + 1);
+            p += l + 1;
+        } else {
+            size_t ln = strlen(src[i].set->name), lv = strlen(src[i].set->value);
+            memcpy(p, src[i].set->name, ln);
+            p[ln] = '=';
+            memcpy(p + ln + 1, src[i].set->value, lv + 1);
+            p += ln + 1 + lv + 1;
+        }
+    }
+    envp[n] = NULL;
+    free(src);
+    return envp;
+
+oom:
+    set_err(err, HVD_E_INTERNAL, "cannot build the command's environment: out of memory");
+    return NULL;
+}
+
+void hvd_env_free(char **envp) {
+    free(envp);
+}
+
+const char *hvd_env_get(char *const *envp, const char *name) {
+    size_t len = strlen(name);
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (strncmp(envp[i], name, len) == 0 && envp[i][len] == '=') return envp[i] + len + 1;
+    return NULL;
+}

@@ -1,0 +1,32 @@
+/* The command's environment: the executor's environment with the request's changes applied
+ * (Horovod's task service: `env = command_env.copy()`, then each key set, or deleted when its
+ * value is None). */
+#ifndef HVD_TASK_ENV_H
+#define HVD_TASK_ENV_H
+
+#include <stddef.h>
+
+#include "hvd/error.h"
+
+typedef struct hvd_env_change {
+    const char *name;  /* variable name: not empty, no '=' */
+    const char *value; /* its new value, or NULL to remove the variable */
+} hvd_env_change;
+
+/* Builds a new environment: base (NULL-terminated "NAME=VALUE" strings; NULL means empty)
+ * with the changes applied in order, so a later change of a name wins. A set replaces the
+ * first entry of that name in place and drops any duplicates; a name not in base is appended.
+ * An unset removes every entry of that name. Entries of base without '=' are kept unless a
+ * change names them. Returns a NULL-terminated array that is one allocation, independent of
+ * base and changes; free it with hvd_env_free. Returns NULL and fills err if a name is NULL,
+ * empty or contains '=' (HVD_E_INVALID) or memory runs out (HVD_E_INTERNAL). */
+char **hvd_env_build(char *const *base, const hvd_env_change *changes, size_t n_changes,
+                     hvd_err *err);
+
+/* Frees an environment from hvd_env_build. NULL is ignored. */
+void hvd_env_free(char **envp);
+
+/* The value of name in envp, or NULL if it is not there (the first entry wins). */
+const char *hvd_env_get(char *const *envp, const char *name);
+
+#endif
