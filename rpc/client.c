@@ -17,6 +17,8 @@
 #include "handshake.h"
 #include "tcp.h"
 
+#include <openssl/crypto.h>
+
 struct hvd_client {
     hvd_client_config cfg;
     char *service;
@@ -77,9 +79,13 @@ static int send_all(int fd, const uint8_t *p, size_t n, int64_t deadline, hvd_er
     return 0;
 }
 
-/* Reads until `in` holds at least n unconsumed bytes. */
+/* Reads until `in` holds at least n unconsumed bytes. Waits in poll() before each read: a
+ * reply is rarely there the moment it is wanted, so this saves the read that would fail. */
 static int recv_at_least(int fd, hvd_buf *in, size_t n, int64_t deadline, hvd_err *err) {
     while (hvd_buf_pending(in) < n) {
+        int w = hvd_wait_fd(fd, POLLIN, left_ms(deadline));
+        if (w == 0) return hvd_err_set(err, HVD_E_TIMEOUT, "timed out waiting for the service");
+        if (w < 0) return hvd_err_set(err, HVD_E_IO, "poll: %s", strerror(errno));
         size_t want = n - hvd_buf_pending(in);
         if (hvd_buf_reserve(in, want < 16384 ? 16384 : want) != 0)
             return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
@@ -89,13 +95,7 @@ static int recv_at_least(int fd, hvd_buf *in, size_t n, int64_t deadline, hvd_er
             continue;
         }
         if (r == 0) return hvd_err_set(err, HVD_E_IO, "connection closed by the service");
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int w = hvd_wait_fd(fd, POLLIN, left_ms(deadline));
-            if (w == 0) return hvd_err_set(err, HVD_E_TIMEOUT, "timed out waiting for the service");
-            if (w < 0) return hvd_err_set(err, HVD_E_IO, "poll: %s", strerror(errno));
-            continue;
-        }
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
         return hvd_err_set(err, HVD_E_IO, "recv: %s", strerror(errno));
     }
     return 0;
@@ -118,73 +118,143 @@ static int read_frame(hvd_client *c, int64_t deadline, uint8_t **payload, size_t
 
 /* ---- Connecting --------------------------------------------------------------------------- */
 
-/* Runs the client side of the handshake on a connected socket. */
-static int handshake(hvd_client *c, int fd, int64_t deadline, hvd_err *err) {
-    uint8_t nc[HVD_NONCE_LEN], hello[HVD_HELLO_LEN], want[HVD_MAC_LEN], proof[HVD_PROOF_LEN];
-    uint8_t c2s[HVD_KEY_LEN], s2c[HVD_KEY_LEN];
-    hvd_buf in = {0};
-    int rc = -1;
-    if (hvd_hs_nonce(nc) != 0) return hvd_err_set(err, HVD_E_INTERNAL, "no random nonce");
-    hvd_hs_hello(nc, hello);
-    if (send_all(fd, hello, sizeof hello, deadline, err) != 0) goto out;
-    if (recv_at_least(fd, &in, HVD_CHALLENGE_LEN, deadline, err) != 0) goto out;
-    const uint8_t *ch = in.data + in.off;
-    if (memcmp(ch, "HVDB", 4) != 0) {
-        hvd_err_set(err, HVD_E_PROTOCOL, "the peer does not speak the hvd-bridge protocol");
-        goto out;
+/* One address being probed: a non-blocking connect, then the client side of the handshake,
+ * driven by poll() alongside the other addresses so that a peer that accepts but never answers
+ * cannot hold up the others. */
+typedef enum { PR_CONNECTING, PR_CHALLENGE, PR_CONFIRM, PR_DONE, PR_FAILED } probe_state;
+
+typedef struct probe {
+    int fd;
+    size_t idx; /* into c->addrs */
+    probe_state state;
+    uint8_t nc[HVD_NONCE_LEN];
+    hvd_buf in;
+    hvd_seal rx, tx;
+    int fail_code;
+    char why[HVD_ERR_MAX];
+} probe;
+
+static void probe_fail(probe *p, int code, const char *why) {
+    p->state = PR_FAILED;
+    p->fail_code = code;
+    snprintf(p->why, sizeof p->why, "%s", why);
+}
+
+/* Sends a handshake message whole; it is tiny, so it always fits in an empty socket buffer. */
+static int probe_send(probe *p, const uint8_t *msg, size_t len) {
+    ssize_t n = send(p->fd, msg, len, MSG_NOSIGNAL);
+    if (n == (ssize_t)len) return 0;
+    probe_fail(p, HVD_E_IO, n < 0 ? strerror(errno) : "short send during the handshake");
+    return -1;
+}
+
+/* Reads what is there without blocking; returns -1 (and fails the probe) on EOF or error. */
+static int probe_recv(probe *p) {
+    if (hvd_buf_reserve(&p->in, 256) != 0) {
+        probe_fail(p, HVD_E_INTERNAL, "out of memory");
+        return -1;
     }
-    if (ch[5] == HVD_HS_BAD_VERSION || ch[4] != HVD_PROTOCOL_VERSION) {
-        hvd_err_set(err, HVD_E_PROTOCOL, "the service speaks protocol version %u, we speak %u",
-                    ch[4], HVD_PROTOCOL_VERSION);
-        goto out;
+    ssize_t n = recv(p->fd, p->in.data + p->in.len, p->in.cap - p->in.len, 0);
+    if (n > 0) {
+        p->in.len += (size_t)n;
+        return 0;
     }
-    const uint8_t *ns = ch + 8, *ps = ch + 8 + HVD_NONCE_LEN;
-    if (hvd_hs_proof(&c->cfg.secret, c->service, 1, nc, ns, want) != 0 ||
-        hvd_hs_proof(&c->cfg.secret, c->service, 0, nc, ns, proof) != 0 ||
-        hvd_hs_keys(&c->cfg.secret, c->service, nc, ns, c2s, s2c) != 0) {
-        hvd_err_set(err, HVD_E_INTERNAL, "key derivation failed");
-        goto out;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    if (p->state == PR_CONFIRM)
+        probe_fail(
+            p, HVD_E_AUTH,
+            "the service rejected our proof of the job secret: is the secret (" HVD_SECRET_ENV
+            ") the same on both sides?");
+    else
+        probe_fail(p, HVD_E_IO, n == 0 ? "closed during the handshake" : strerror(errno));
+    return -1;
+}
+
+/* Advances one probe after poll() reported an event on it. */
+static void probe_step(hvd_client *c, probe *p) {
+    if (p->state == PR_CONNECTING) {
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (soerr != 0) {
+            probe_fail(p, HVD_E_IO, strerror(soerr));
+            return;
+        }
+        hvd_sock_tune(p->fd, c->cfg.io_timeout_ms);
+        uint8_t hello[HVD_HELLO_LEN];
+        if (hvd_hs_nonce(p->nc) != 0) {
+            probe_fail(p, HVD_E_INTERNAL, "no random nonce");
+            return;
+        }
+        hvd_hs_hello(p->nc, hello);
+        if (probe_send(p, hello, sizeof hello) == 0) p->state = PR_CHALLENGE;
+        return;
     }
-    if (!hvd_ct_equal(want, ps, HVD_MAC_LEN)) {
-        hvd_err_set(err, HVD_E_AUTH,
-                    "the service could not prove it holds the job secret for '%s': is the "
-                    "secret (%s) the same on both sides, and is this the right service?",
-                    c->service, HVD_SECRET_ENV);
-        goto out;
+    if (probe_recv(p) != 0) return;
+    if (p->state == PR_CHALLENGE) {
+        if (hvd_buf_pending(&p->in) < HVD_CHALLENGE_LEN) return;
+        const uint8_t *ch = p->in.data + p->in.off;
+        if (memcmp(ch, "HVDB", 4) != 0) {
+            probe_fail(p, HVD_E_PROTOCOL, "the peer does not speak the hvd-bridge protocol");
+            return;
+        }
+        if (ch[5] == HVD_HS_BAD_VERSION || ch[4] != HVD_PROTOCOL_VERSION) {
+            char why[96];
+            snprintf(why, sizeof why, "the service speaks protocol version %u, we speak %u", ch[4],
+                     HVD_PROTOCOL_VERSION);
+            probe_fail(p, HVD_E_PROTOCOL, why);
+            return;
+        }
+        if (ch[5] != HVD_HS_OK) {
+            char why[64];
+            snprintf(why, sizeof why, "the service refused the handshake (status %u)", ch[5]);
+            probe_fail(p, HVD_E_PROTOCOL, why);
+            return;
+        }
+        const uint8_t *ns = ch + 8, *ps = ch + 8 + HVD_NONCE_LEN;
+        uint8_t want[HVD_MAC_LEN], proof[HVD_PROOF_LEN], c2s[HVD_KEY_LEN], s2c[HVD_KEY_LEN];
+        int rc = hvd_hs_proof(&c->cfg.secret, c->service, 1, p->nc, ns, want) ||
+                 hvd_hs_proof(&c->cfg.secret, c->service, 0, p->nc, ns, proof) ||
+                 hvd_hs_keys(&c->cfg.secret, c->service, p->nc, ns, c2s, s2c);
+        if (rc == 0 && !hvd_ct_equal(want, ps, HVD_MAC_LEN)) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "the service could not prove it holds the job secret for '%s': is the "
+                     "secret (%s) the same on both sides, and is this the right service?",
+                     c->service, HVD_SECRET_ENV);
+            probe_fail(p, HVD_E_AUTH, why);
+        } else if (rc != 0 || hvd_seal_init(&p->rx, s2c, 0) != 0 ||
+                   hvd_seal_init(&p->tx, c2s, 1) != 0) {
+            probe_fail(p, HVD_E_INTERNAL, "key setup failed");
+        } else {
+            hvd_buf_consume(&p->in, HVD_CHALLENGE_LEN);
+            if (probe_send(p, proof, sizeof proof) == 0) p->state = PR_CONFIRM;
+        }
+        OPENSSL_cleanse(c2s, sizeof c2s);
+        OPENSSL_cleanse(s2c, sizeof s2c);
+        return;
     }
-    if (send_all(fd, proof, sizeof proof, deadline, err) != 0) goto out;
-    if (hvd_seal_init(&c->rx, s2c, 0) != 0 || hvd_seal_init(&c->tx, c2s, 1) != 0) {
-        hvd_err_set(err, HVD_E_INTERNAL, "cipher setup failed");
-        goto out;
+    if (p->state == PR_CONFIRM) {
+        /* The service confirms with an empty sealed frame, or hangs up on a wrong proof. */
+        if (hvd_buf_pending(&p->in) < HVD_FRAME_HDR + HVD_TAG_LEN) return;
+        size_t sealed, plen;
+        hvd_err ferr;
+        uint8_t *frame = p->in.data + p->in.off;
+        if (hvd_frame_header(frame, c->cfg.max_frame, &sealed, &ferr) != 0 ||
+            sealed != HVD_TAG_LEN || hvd_frame_open(&p->rx, frame, sealed, &plen, &ferr) != 0) {
+            probe_fail(p, HVD_E_AUTH, "the service's confirmation did not authenticate");
+            return;
+        }
+        hvd_buf_consume(&p->in, HVD_FRAME_HDR + HVD_TAG_LEN);
+        p->state = PR_DONE;
     }
-    /* The service confirms with an empty sealed frame, or hangs up if it rejected our proof. */
-    c->fd = fd;
-    uint8_t *payload;
-    size_t plen, flen;
-    hvd_err ferr;
-    if (read_frame(c, deadline, &payload, &plen, &flen, &ferr) != 0 || plen != 0) {
-        c->fd = -1;
-        if (ferr.code == HVD_E_TIMEOUT)
-            hvd_err_set(err, HVD_E_TIMEOUT, "timed out waiting for the handshake to complete");
-        else
-            hvd_err_set(err, HVD_E_AUTH,
-                        "the service rejected our proof of the job secret: is the secret (%s) "
-                        "the same on both sides?",
-                        HVD_SECRET_ENV);
-        goto out;
-    }
-    hvd_buf_consume(&c->in, flen);
-    rc = 0;
-out:
-    if (rc != 0) {
-        hvd_seal_free(&c->rx);
-        hvd_seal_free(&c->tx);
-        hvd_buf_free(&c->in);
-    }
-    hvd_buf_free(&in);
-    memset(c2s, 0, sizeof c2s);
-    memset(s2c, 0, sizeof s2c);
-    return rc;
+}
+
+static void probe_free(probe *p) {
+    if (p->fd >= 0) close(p->fd);
+    hvd_buf_free(&p->in);
+    hvd_seal_free(&p->rx);
+    hvd_seal_free(&p->tx);
 }
 
 /* Appends "host:port (what happened)" to a report string. */
@@ -200,85 +270,105 @@ static void report(char *buf, size_t len, const hvd_addr *a, const char *what) {
  * handshake. */
 static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
     size_t n = c->naddrs;
-    int *fds = malloc(n * sizeof *fds);
-    struct pollfd *pfds = malloc(n * sizeof *pfds);
-    size_t *idx = malloc(n * sizeof *idx);
+    probe *ps = calloc(n, sizeof *ps);
+    struct pollfd *pfds = calloc(n, sizeof *pfds);
+    size_t *live = calloc(n, sizeof *live);
     char rep[HVD_ERR_MAX] = "";
     int auth_failed = 0, timed_out = 0, rc = -1;
-    if (!fds || !pfds || !idx) {
-        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-        goto out;
+    if (!ps || !pfds || !live) {
+        free(ps);
+        free(pfds);
+        free(live);
+        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     }
     int64_t deadline = now_ms() + c->cfg.probe_timeout_ms;
-    size_t live = 0;
     for (size_t k = 0; k < n; k++) {
-        size_t i = (first + k) % n;
+        probe *p = &ps[k];
         hvd_err e;
-        int fd = hvd_connect_start(&c->addrs[i], &e);
-        if (fd < 0) {
-            report(rep, sizeof rep, &c->addrs[i], e.msg);
-            continue;
-        }
-        fds[live] = fd;
-        idx[live] = i;
-        live++;
+        p->idx = (first + k) % n;
+        p->fd = hvd_connect_start(&c->addrs[p->idx], &e);
+        if (p->fd < 0) probe_fail(p, e.code, e.msg);
     }
-    while (live > 0 && rc != 0) {
-        for (size_t k = 0; k < live; k++)
-            pfds[k] = (struct pollfd){.fd = fds[k], .events = POLLOUT};
-        int pr = poll(pfds, live, left_ms(deadline));
+    probe *winner = NULL;
+    while (!winner) {
+        size_t nl = 0;
+        for (size_t k = 0; k < n; k++) {
+            if (ps[k].state == PR_FAILED || ps[k].state == PR_DONE) continue;
+            pfds[nl] = (struct pollfd){.fd = ps[k].fd,
+                                       .events = ps[k].state == PR_CONNECTING ? POLLOUT : POLLIN};
+            live[nl++] = k;
+        }
+        if (nl == 0) break;
+        int pr = poll(pfds, nl, left_ms(deadline));
         if (pr < 0 && errno == EINTR) continue;
         if (pr <= 0) break;
-        for (size_t k = 0; k < live && rc != 0; k++) {
-            if (!pfds[k].revents) continue;
-            int soerr = 0;
-            socklen_t sl = sizeof soerr;
-            getsockopt(fds[k], SOL_SOCKET, SO_ERROR, &soerr, &sl);
-            hvd_err e;
-            if (soerr != 0) {
-                report(rep, sizeof rep, &c->addrs[idx[k]], strerror(soerr));
+        /* In address order, so that when several answer at once the preferred one wins. */
+        for (size_t j = 0; j < nl && !winner; j++) {
+            if (!pfds[j].revents) continue;
+            probe *p = &ps[live[j]];
+            probe_step(c, p);
+            if (p->state == PR_DONE) winner = p;
+        }
+    }
+    if (winner) {
+        c->fd = winner->fd;
+        c->cur = winner->idx;
+        c->rx = winner->rx;
+        c->tx = winner->tx;
+        c->in = winner->in; /* anything sent right after the confirmation */
+        winner->fd = -1;
+        memset(&winner->rx, 0, sizeof winner->rx);
+        memset(&winner->tx, 0, sizeof winner->tx);
+        memset(&winner->in, 0, sizeof winner->in);
+        rc = 0;
+    } else {
+        for (size_t k = 0; k < n; k++) {
+            probe *p = &ps[k];
+            if (p->state == PR_FAILED) {
+                if (p->fail_code == HVD_E_AUTH) auth_failed = 1;
+                report(rep, sizeof rep, &c->addrs[p->idx], p->why);
             } else {
-                hvd_sock_tune(fds[k], c->cfg.io_timeout_ms);
-                if (handshake(c, fds[k], deadline, &e) == 0) {
-                    c->cur = idx[k];
-                    fds[k] = -1; /* now owned by the client */
-                    rc = 0;
-                } else {
-                    if (e.code == HVD_E_AUTH) auth_failed = 1;
-                    if (e.code == HVD_E_TIMEOUT) timed_out = 1;
-                    report(rep, sizeof rep, &c->addrs[idx[k]], e.msg);
-                }
+                timed_out = 1;
+                report(rep, sizeof rep, &c->addrs[p->idx],
+                       p->state == PR_CONNECTING ? "no answer within the probe timeout"
+                                                 : "the handshake did not finish in time");
             }
-            if (fds[k] >= 0) close(fds[k]);
-            fds[k] = fds[live - 1];
-            idx[k] = idx[live - 1];
-            pfds[k] = pfds[live - 1];
-            live--;
-            k--;
         }
-    }
-    for (size_t k = 0; k < live; k++) {
-        if (rc != 0) {
-            report(rep, sizeof rep, &c->addrs[idx[k]], "no answer within the probe timeout");
-            timed_out = 1;
-        }
-        close(fds[k]);
-    }
-    if (rc != 0)
         hvd_err_set(err,
                     auth_failed ? HVD_E_AUTH
                     : timed_out ? HVD_E_TIMEOUT
                                 : HVD_E_IO,
                     "cannot connect to %s at %s", c->service, rep);
-out:
-    free(fds);
+    }
+    for (size_t k = 0; k < n; k++)
+        probe_free(&ps[k]);
+    free(ps);
     free(pfds);
-    free(idx);
+    free(live);
     return rc;
 }
 
+/* True if the service has closed our connection (say, after its idle timeout): then a request
+ * must go on a new connection rather than be lost on this one. */
+static bool peer_closed(hvd_client *c) {
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    uint8_t b;
+    ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0;
+}
+
+/* Makes sure there is a live connection, reconnecting (preferred address first) if needed. */
+static int ensure_connected(hvd_client *c, hvd_err *err) {
+    if (c->fd >= 0 && !peer_closed(c)) return 0;
+    disconnect(c);
+    return connect_any(c, c->cur, err);
+}
+
 hvd_client *hvd_client_connect(const hvd_client_config *cfg, hvd_err *err) {
-    if (!cfg->service || !*cfg->service || strlen(cfg->service) > 255 || cfg->naddrs == 0) {
+    if (!cfg->service || !*cfg->service || strlen(cfg->service) > HVD_SERVICE_NAME_LEN_MAX ||
+        cfg->naddrs == 0) {
         hvd_err_set(err, HVD_E_INVALID, "a client needs a service name and at least one address");
         return NULL;
     }
@@ -291,6 +381,7 @@ hvd_client *hvd_client_connect(const hvd_client_config *cfg, hvd_err *err) {
     if (!c->cfg.probe_timeout_ms) c->cfg.probe_timeout_ms = 3000;
     if (!c->cfg.io_timeout_ms) c->cfg.io_timeout_ms = 30000;
     if (!c->cfg.max_frame) c->cfg.max_frame = HVD_DEFAULT_MAX_FRAME;
+    if (c->cfg.max_frame > HVD_MAX_FRAME_LIMIT) c->cfg.max_frame = HVD_MAX_FRAME_LIMIT;
     c->fd = -1;
     c->service = strdup(cfg->service);
     c->addrs = malloc(cfg->naddrs * sizeof *c->addrs);
@@ -358,7 +449,18 @@ static int read_for(hvd_client *c, uint64_t id, int64_t deadline, const hvd_msg_
         hvd_buf_consume(&c->in, flen);
         return -1;
     }
-    if (env.id != id) {
+    if (env.id == 0 && env.kind == HVD_KIND_REPLY && env.type == HVD_MSG_ERROR) {
+        /* The service could not read a request well enough to know its id: since calls are
+         * one at a time, it was ours. */
+        hvd_error_body e;
+        if (hvd_msg_unpack(env.body, &hvd_error_desc, &e, err) == 0) {
+            hvd_err_set(err, (int)e.code, "the service could not decode our request: %s",
+                        e.message ? e.message : "(no message)");
+            hvd_msg_free(&hvd_error_desc, &e);
+            *remote = 1;
+        }
+        rc = -1;
+    } else if (env.id != id) {
         rc = GOT_OTHER;
     } else if (env.kind == HVD_KIND_STREAM) {
         hvd_chunk ch;
@@ -393,10 +495,10 @@ static int read_for(hvd_client *c, uint64_t id, int64_t deadline, const hvd_msg_
     return rc;
 }
 
-static void name_err(hvd_client *c, hvd_err *err, int remote) {
+/* Prefixes err with the service and the address the call went to. */
+static void name_err(hvd_client *c, hvd_err *err) {
     char as[HVD_HOST_MAX + 16];
-    hvd_err_prefix(err, "%s at %s%s", c->service, hvd_addr_str(&c->addrs[c->cur], as, sizeof as),
-                   remote ? ": " : ": ");
+    hvd_err_prefix(err, "%s at %s: ", c->service, hvd_addr_str(&c->addrs[c->cur], as, sizeof as));
 }
 
 int hvd_client_call(hvd_client *c, const hvd_msg_desc *req_desc, const void *req,
@@ -405,7 +507,9 @@ int hvd_client_call(hvd_client *c, const hvd_msg_desc *req_desc, const void *req
     int tries = (flags & HVD_CALL_RETRY) ? 2 : 1;
     if (resp && resp_desc->size) memset(resp, 0, resp_desc->size);
     for (int t = 0; t < tries; t++) {
-        if (c->fd < 0 && connect_any(c, t ? (c->cur + 1) % c->naddrs : c->cur, err) != 0) return -1;
+        if (t == 0 ? ensure_connected(c, err) != 0
+                   : connect_any(c, (c->cur + 1) % c->naddrs, err) != 0)
+            return -1;
         int to = timeout_ms == 0 ? c->cfg.io_timeout_ms : timeout_ms;
         int64_t deadline = to < 0 ? -1 : now_ms() + to;
         uint64_t id = ++c->next_id;
@@ -417,13 +521,13 @@ int hvd_client_call(hvd_client *c, const hvd_msg_desc *req_desc, const void *req
             if (rc >= 0) rc = 0; /* skip other frames */
         }
         if (remote) { /* the service answered with an error: the connection is fine */
-            name_err(c, err, 1);
+            name_err(c, err);
             return -1;
         }
         int code = err ? err->code : HVD_E_IO;
         disconnect(c);
         if (code == HVD_E_TIMEOUT || code == HVD_E_INVALID || t + 1 == tries) {
-            name_err(c, err, 0);
+            name_err(c, err);
             return -1;
         }
     }
@@ -434,7 +538,7 @@ int hvd_client_send(hvd_client *c, const hvd_msg_desc *req_desc, const void *req
     if (c->fd < 0) return hvd_err_set(err, HVD_E_IO, "not connected");
     int64_t deadline = now_ms() + c->cfg.io_timeout_ms;
     if (send_request(c, ++c->next_id, req_desc, req, deadline, err) != 0) {
-        name_err(c, err, 0);
+        name_err(c, err);
         return -1;
     }
     return 0;
@@ -446,7 +550,7 @@ int hvd_client_call_stream(hvd_client *c, const hvd_msg_desc *req_desc, const vo
                            const hvd_msg_desc *resp_desc, void *resp, int timeout_ms,
                            hvd_err *err) {
     if (resp && resp_desc->size) memset(resp, 0, resp_desc->size);
-    if (c->fd < 0 && connect_any(c, c->cur, err) != 0) return -1;
+    if (ensure_connected(c, err) != 0) return -1;
     int to = timeout_ms == 0 ? c->cfg.io_timeout_ms : timeout_ms;
     uint64_t id = ++c->next_id;
     int remote = 0;
@@ -492,7 +596,7 @@ int hvd_client_call_stream(hvd_client *c, const hvd_msg_desc *req_desc, const vo
         }
     }
     if (!remote) disconnect(c);
-    name_err(c, err, remote);
+    name_err(c, err);
     return -1;
 }
 

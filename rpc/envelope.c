@@ -31,7 +31,7 @@ int hvd_envelope_pack(msgpack_sbuffer *sb, uint32_t kind, uint32_t type, uint64_
     msgpack_sbuffer_clear(sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-    if (msgpack_pack_array(&pk, 5) || msgpack_pack_uint8(&pk, 1) ||
+    if (msgpack_pack_array(&pk, 5) || msgpack_pack_uint8(&pk, HVD_PROTOCOL_VERSION) ||
         msgpack_pack_uint32(&pk, kind) || msgpack_pack_uint32(&pk, type) ||
         msgpack_pack_uint64(&pk, id))
         return -1;
@@ -58,7 +58,7 @@ int hvd_envelope_unpack(const uint8_t *buf, size_t len, hvd_envelope *env, hvd_e
             env->id = a[3].via.u64;
             env->has_id = 1;
         }
-        if (a[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a[0].via.u64 != 1)
+        if (a[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a[0].via.u64 != HVD_PROTOCOL_VERSION)
             why = "envelope has an unsupported version";
         else if (a[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a[1].via.u64 > HVD_KIND_STREAM)
             why = "envelope has an invalid kind";

@@ -39,7 +39,7 @@ int hvd_hs_proof(const hvd_secret *k, const char *name, int server, const uint8_
     static const char server_label[] = "hvd-bridge/1 server";
     static const char client_label[] = "hvd-bridge/1 client";
     size_t nlen = strlen(name);
-    if (nlen > 0xffff) return -1;
+    if (nlen > HVD_SERVICE_NAME_LEN_MAX) return -1;
     uint8_t sep_len[3] = {0, (uint8_t)(nlen >> 8), (uint8_t)nlen};
     const void *parts[] = {server ? server_label : client_label, sep_len, name, nc, ns};
     size_t lens[] = {sizeof server_label - 1, 3, nlen, HVD_NONCE_LEN, HVD_NONCE_LEN};
@@ -64,8 +64,8 @@ int hvd_hs_keys(const hvd_secret *k, const char *name, const uint8_t nc[HVD_NONC
     memcpy(salt, nc, HVD_NONCE_LEN);
     memcpy(salt + HVD_NONCE_LEN, ns, HVD_NONCE_LEN);
     size_t nlen = strlen(name);
-    uint8_t info[sizeof label + 1024];
-    if (nlen > 1024) return -1;
+    uint8_t info[sizeof label + HVD_SERVICE_NAME_LEN_MAX];
+    if (nlen > HVD_SERVICE_NAME_LEN_MAX) return -1;
     memcpy(info, label, sizeof label); /* includes the 0x00 separator */
     memcpy(info + sizeof label, name, nlen);
     uint8_t okm[2 * HVD_KEY_LEN];

@@ -23,14 +23,18 @@ int hvd_msg_pack(msgpack_packer *pk, const hvd_msg_desc *desc, const void *msg) 
         case HVD_F_U16:
             rc = msgpack_pack_uint16(pk, *(const uint16_t *)p);
             break;
-        case HVD_F_CHARS:
-            rc = msgpack_pack_str_with_body(pk, p, strnlen(p, f->cap));
+        case HVD_F_CHARS: {
+            size_t n = strnlen(p, f->cap);
+            if (n == f->cap) return -1; /* not terminated: the decoder would refuse it */
+            rc = msgpack_pack_str_with_body(pk, p, n);
             break;
+        }
         case HVD_F_U32V: {
             const hvd_u32v *uv = (const hvd_u32v *)p;
             if (uv->n > UINT32_MAX) return -1;
             rc = msgpack_pack_array(pk, uv->n);
-            for (size_t j = 0; rc == 0 && j < uv->n; j++) rc = msgpack_pack_uint32(pk, uv->v[j]);
+            for (size_t j = 0; rc == 0 && j < uv->n; j++)
+                rc = msgpack_pack_uint32(pk, uv->v[j]);
             break;
         }
         case HVD_F_U32:
@@ -65,7 +69,7 @@ int hvd_msg_pack(msgpack_packer *pk, const hvd_msg_desc *desc, const void *msg) 
             if (sv->n > UINT32_MAX) return -1;
             rc = msgpack_pack_array(pk, sv->n);
             for (size_t j = 0; rc == 0 && j < sv->n; j++)
-                rc = pack_str(pk, sv->v[j]);
+                rc = sv->v[j] ? pack_str(pk, sv->v[j]) : -1; /* lists hold no nil */
             break;
         }
         case HVD_F_LIST: {
@@ -109,8 +113,8 @@ static const char *type_name(msgpack_object_type t) {
     return "unknown";
 }
 
-/* Reads an integer within [lo, hi] (as signed 128-bit-free arithmetic: handles the two
- * msgpack integer kinds separately). */
+/* Reads an unsigned integer up to max, or a signed one within [min, max] (the two msgpack
+ * integer kinds are handled separately). */
 static int get_uint(const msgpack_object *o, uint64_t max, uint64_t *out) {
     if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > max) return -1;
     *out = o->via.u64;
@@ -237,6 +241,9 @@ static int unpack_field(const msgpack_object *o, const hvd_msg_desc *d, const hv
         hvd_strv *sv = (hvd_strv *)p;
         if (o->type != MSGPACK_OBJECT_ARRAY) return bad(err, d, f, "expected a list of strings", o);
         uint32_t n = o->via.array.size;
+        for (uint32_t j = 0; j < n; j++)
+            if (o->via.array.ptr[j].type != MSGPACK_OBJECT_STR)
+                return bad(err, d, f, "list element is not a string", &o->via.array.ptr[j]);
         sv->v = calloc((size_t)n + 1, sizeof(char *));
         if (!sv->v) return bad(err, d, f, "out of memory", o);
         for (uint32_t j = 0; j < n; j++) {
@@ -253,6 +260,10 @@ static int unpack_field(const msgpack_object *o, const hvd_msg_desc *d, const hv
         hvd_list *l = (hvd_list *)p;
         if (o->type != MSGPACK_OBJECT_ARRAY) return bad(err, d, f, "expected a list", o);
         uint32_t n = o->via.array.size;
+        /* Every element must be a struct (an array) before room for n structs is taken. */
+        for (uint32_t j = 0; j < n; j++)
+            if (o->via.array.ptr[j].type != MSGPACK_OBJECT_ARRAY)
+                return bad(err, d, f, "list element is not a message", &o->via.array.ptr[j]);
         l->v = calloc(n ? n : 1, f->elem->size ? f->elem->size : 1);
         if (!l->v) return bad(err, d, f, "out of memory", o);
         for (uint32_t j = 0; j < n; j++) {

@@ -16,7 +16,7 @@ static uint64_t be(const uint8_t *p, int n) {
 int hvd_msgpack_check(const uint8_t *buf, size_t len, hvd_err *err) {
     uint64_t pending[CHECK_MAX_DEPTH + 1]; /* objects still to read at each open level */
     int depth = 0;
-    size_t i = 0;
+    size_t i = 0, objects = 0;
     pending[0] = 1;
     while (depth >= 0) {
         if (pending[depth] == 0) {
@@ -24,6 +24,9 @@ int hvd_msgpack_check(const uint8_t *buf, size_t len, hvd_err *err) {
             continue;
         }
         pending[depth]--;
+        if (++objects > HVD_MSGPACK_MAX_OBJECTS)
+            return hvd_err_set(err, HVD_E_PROTOCOL, "msgpack body holds more than %u objects",
+                               HVD_MSGPACK_MAX_OBJECTS);
         if (i >= len) return hvd_err_set(err, HVD_E_PROTOCOL, "msgpack body is truncated");
         uint8_t b = buf[i++];
         uint64_t skip = 0;  /* payload bytes after the header */

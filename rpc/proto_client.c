@@ -24,12 +24,13 @@ hvd_client *hvd_driver_connect_env(hvd_secret *secret_out, hvd_err *err) {
         free(addrs);
         return NULL;
     }
-    hvd_client_config cc = {.service = HVD_DRIVER_SERVICE, .secret = secret, .addrs = addrs,
-                            .naddrs = n};
+    hvd_client_config cc = {
+        .service = HVD_DRIVER_SERVICE, .secret = secret, .addrs = addrs, .naddrs = n};
     hvd_client *c = hvd_client_connect(&cc, err);
     free(addrs);
     if (c && secret_out) *secret_out = secret;
     hvd_secret_wipe(&secret);
+    hvd_secret_wipe(&cc.secret);
     return c;
 }
 
@@ -42,13 +43,14 @@ hvd_client *hvd_task_connect(hvd_client *driver, const hvd_secret *secret, uint3
         return NULL;
     char name[HVD_SERVICE_NAME_MAX];
     hvd_task_service_name(index, name);
-    hvd_client_config cc = {.service = name, .secret = *secret, .addrs = resp.addrs.v,
-                            .naddrs = resp.addrs.n};
+    hvd_client_config cc = {
+        .service = name, .secret = *secret, .addrs = resp.addrs.v, .naddrs = resp.addrs.n};
     hvd_client *c = NULL;
     if (resp.addrs.n == 0)
         hvd_err_set(err, HVD_E_NOT_FOUND, "the driver knows no address of task %u", index);
     else
         c = hvd_client_connect(&cc, err);
     hvd_msg_free(&hvd_addrs_desc, &resp);
+    hvd_secret_wipe(&cc.secret);
     return c;
 }

@@ -24,16 +24,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "buf.h"
 #include "envelope.h"
 #include "frame.h"
 #include "handshake.h"
 #include "tcp.h"
 
-#define SWEEP_MS      250       /* how often timeouts are checked */
-#define READ_BUDGET   (1 << 20) /* bytes read from one connection per wake-up, for fairness */
-#define STOP_FLUSH_MS 1000      /* how long stop lets pending output drain */
-#define MAX_EVENTS    256
+#define SWEEP_MS          250       /* how often timeouts are checked */
+#define READ_BUDGET       (1 << 20) /* bytes read from one connection per wake-up, for fairness */
+#define STOP_FLUSH_MS     1000      /* how long stop lets pending output drain */
+#define MAX_EVENTS        256
+#define ACCEPT_BACKOFF_MS 100 /* pause in accepting after EMFILE and the like */
 
 typedef enum { SRC_LISTEN, SRC_WAKE, SRC_CONN, SRC_WATCH } src_kind;
 
@@ -74,7 +77,9 @@ typedef struct conn {
     int64_t created_ms; /* for the handshake timeout */
     int64_t last_rx_ms; /* for the idle timeout */
     int64_t stall_ms;   /* when pending output last made progress (0: nothing pending) */
-    bool want_out;      /* EPOLLOUT is armed */
+    uint32_t events;    /* epoll events armed now */
+    size_t accounted;   /* pending output counted in stats.output_queued */
+    bool paused;        /* not reading: output is over max_output (resumes below half) */
     hvd_call *calls;    /* unanswered calls of this connection */
     struct conn *prev, *next;
 } conn;
@@ -101,7 +106,7 @@ typedef struct handler {
 
 typedef struct counters {
     atomic_uint_fast64_t accepted, refused, handshake_failed, frames_rejected, malformed,
-        unknown_type, requests, timeouts, open_conns;
+        unknown_type, requests, timeouts, open_conns, output_queued;
 } counters;
 
 struct hvd_server {
@@ -121,6 +126,8 @@ struct hvd_server {
     bool started;         /* the loop thread was created */
     bool stopped;         /* hvd_server_stop finished */
     bool stopping;        /* loop thread: leave */
+    bool draining;        /* loop thread: stopping, only pending output is still written */
+    char *bind_host;      /* the numeric address bound, or NULL for all interfaces */
     pthread_mutex_t lock; /* guards posts, stopping, posts_closed */
     post *posts, *posts_tail;
     bool posts_closed;
@@ -167,16 +174,27 @@ static void call_release(hvd_call *call) {
     free(call);
 }
 
-static void set_out_interest(conn *c, bool want) {
-    if (c->want_out == want || c->state == CS_DEAD) return;
-    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = c};
-    if (epoll_ctl(c->srv->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0) c->want_out = want;
-}
-
 static bool wants_writable(const conn *c) {
     for (const hvd_call *call = c->calls; call; call = call->next)
         if (call->writable_fn) return true;
     return false;
+}
+
+/* Arms the epoll events the connection needs now: input unless reading is paused (a peer that
+ * sends requests without reading replies must not grow our output without bound) or the
+ * server is draining; output while anything is pending or a call waits for room. */
+static void update_interest(conn *c) {
+    if (c->state == CS_DEAD) return;
+    size_t pending = hvd_buf_pending(&c->out), max = c->srv->cfg.max_output;
+    if (!c->paused && pending > max)
+        c->paused = true;
+    else if (c->paused && pending < max / 2)
+        c->paused = false;
+    uint32_t ev = (c->paused || c->srv->draining ? 0 : EPOLLIN) |
+                  (pending > 0 || wants_writable(c) ? EPOLLOUT : 0);
+    if (ev == c->events) return;
+    struct epoll_event e = {.events = ev, .data.ptr = c};
+    if (epoll_ctl(c->srv->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0) c->events = ev;
 }
 
 /* Runs the writable callbacks once output is below half the bound. Called only from the
@@ -194,14 +212,28 @@ static void fire_writable(conn *c) {
         call->writable_fn = NULL;
         fn(call->writable_arg);
     }
-    if (c->state != CS_DEAD) set_out_interest(c, hvd_buf_pending(&c->out) > 0 || wants_writable(c));
+    update_interest(c);
+}
+
+/* Keeps stats.output_queued equal to the sum of the connections' pending output. */
+static void account_output(conn *c) {
+    size_t now = c->state == CS_DEAD ? 0 : hvd_buf_pending(&c->out);
+    if (now >= c->accounted)
+        atomic_fetch_add_explicit(&c->srv->st.output_queued, now - c->accounted,
+                                  memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&c->srv->st.output_queued, c->accounted - now,
+                                  memory_order_relaxed);
+    c->accounted = now;
 }
 
 static void conn_flush(conn *c) {
+    account_output(c);
     while (hvd_buf_pending(&c->out) > 0 && c->state != CS_DEAD) {
         ssize_t n = send(c->fd, c->out.data + c->out.off, hvd_buf_pending(&c->out), MSG_NOSIGNAL);
         if (n > 0) {
             hvd_buf_consume(&c->out, (size_t)n);
+            account_output(c);
             c->stall_ms = now_ms();
             continue;
         }
@@ -212,7 +244,7 @@ static void conn_flush(conn *c) {
     }
     if (c->state == CS_DEAD) return;
     if (hvd_buf_pending(&c->out) == 0) c->stall_ms = 0;
-    set_out_interest(c, hvd_buf_pending(&c->out) > 0 || wants_writable(c));
+    update_interest(c);
 }
 
 /* Seals and queues one envelope. Returns 0, or -1 (connection closed). */
@@ -234,6 +266,7 @@ static void conn_close(conn *c) {
     if (c->state == CS_DEAD) return;
     hvd_server *s = c->srv;
     c->state = CS_DEAD;
+    account_output(c);
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
@@ -307,7 +340,7 @@ static void dispatch(conn *c, const hvd_envelope *env) {
     const handler *h = find_handler(s, env->type);
     if (!h) {
         COUNT(s, unknown_type);
-        char msg[128];
+        char msg[HVD_SERVICE_NAME_LEN_MAX + 64];
         snprintf(msg, sizeof msg, "%s does not serve message type %u", s->name, env->type);
         send_error(c, env->id, HVD_E_UNKNOWN_TYPE, msg);
         return;
@@ -390,8 +423,8 @@ static void on_proof(conn *c) {
     int rc = hvd_hs_keys(&s->cfg.secret, s->name, c->nc, c->ns, c2s, s2c);
     if (rc == 0) rc = hvd_seal_init(&c->rx, c2s, 0);
     if (rc == 0) rc = hvd_seal_init(&c->tx, s2c, 1);
-    memset(c2s, 0, sizeof c2s);
-    memset(s2c, 0, sizeof s2c);
+    OPENSSL_cleanse(c2s, sizeof c2s);
+    OPENSSL_cleanse(s2c, sizeof s2c);
     if (rc != 0) {
         conn_close(c);
         return;
@@ -408,7 +441,7 @@ static void on_proof(conn *c) {
 /* Consumes whatever complete handshake messages or frames the input holds. */
 static void process_input(conn *c) {
     hvd_server *s = c->srv;
-    while (c->state != CS_DEAD) {
+    while (c->state != CS_DEAD && !c->paused) {
         size_t have = hvd_buf_pending(&c->in);
         if (c->state == CS_HELLO) {
             if (have < HVD_HELLO_LEN) return;
@@ -471,6 +504,9 @@ static void on_readable(conn *c) {
             c->in.len += (size_t)n;
             budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
             process_input(c);
+            /* A short read drained the socket: skip the recv that would say EAGAIN (epoll is
+             * level-triggered, so anything arriving later is reported again). */
+            if ((size_t)n < room) return;
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -483,6 +519,12 @@ static void on_readable(conn *c) {
 
 /* ---- Accepting ---------------------------------------------------------------------------- */
 
+static void rearm_listen(void *arg) {
+    hvd_server *s = arg;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_kind};
+    epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->listen_fd, &ev);
+}
+
 static void on_accept(hvd_server *s) {
     for (;;) {
         struct sockaddr_storage ss;
@@ -490,7 +532,14 @@ static void on_accept(hvd_server *s) {
         int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
-            return; /* EAGAIN, or EMFILE and the like: try again on the next event */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Out of descriptors or memory: the pending connection stays queued and the
+                 * socket stays readable, so stop listening for a moment instead of spinning. */
+                struct epoll_event ev = {.events = 0, .data.ptr = &s->listen_kind};
+                epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->listen_fd, &ev);
+                hvd_server_timer(s, ACCEPT_BACKOFF_MS, rearm_listen, s);
+            }
+            return;
         }
         if (atomic_load(&s->st.open_conns) >= s->cfg.max_conns) {
             COUNT(s, refused);
@@ -509,6 +558,7 @@ static void on_accept(hvd_server *s) {
         c->created_ms = c->last_rx_ms = now_ms();
         hvd_sockaddr_host(&ss, c->peer, sizeof c->peer);
         hvd_sock_tune(fd, s->cfg.write_timeout_ms);
+        c->events = EPOLLIN;
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             close(fd);
@@ -593,8 +643,12 @@ static void handle_events(hvd_server *s, struct epoll_event *evs, int n, bool ou
             conn *c = (conn *)k;
             if (c->state == CS_DEAD) continue;
             if (e & EPOLLOUT) {
+                bool was_paused = c->paused;
                 conn_flush(c);
-                if (!output_only) fire_writable(c);
+                if (output_only) continue;
+                /* Frames that arrived while reading was paused are handled now. */
+                if (was_paused && !c->paused) process_input(c);
+                fire_writable(c);
             }
             if (output_only) continue;
             if (c->state != CS_DEAD && (e & (EPOLLIN | EPOLLERR | EPOLLHUP))) on_readable(c);
@@ -620,8 +674,9 @@ static void *loop_main(void *arg) {
     }
     /* Stopping: no new connections or requests; let replies already queued drain. */
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+    s->draining = true;
     for (conn *c = s->conns; c; c = c->next)
-        shutdown(c->fd, SHUT_RD);
+        update_interest(c);
     int64_t deadline = now_ms() + STOP_FLUSH_MS;
     for (;;) {
         bool pending = false;
@@ -639,8 +694,9 @@ static void *loop_main(void *arg) {
 /* ---- Public API ------------------------------------------------------------------------- */
 
 hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err) {
-    if (!cfg->name || !*cfg->name || strlen(cfg->name) > 255) {
-        hvd_err_set(err, HVD_E_INVALID, "a service needs a name of 1 to 255 characters");
+    if (!cfg->name || !*cfg->name || strlen(cfg->name) > HVD_SERVICE_NAME_LEN_MAX) {
+        hvd_err_set(err, HVD_E_INVALID, "a service needs a name of 1 to %d characters",
+                    HVD_SERVICE_NAME_LEN_MAX);
         return NULL;
     }
     hvd_server *s = calloc(1, sizeof *s);
@@ -650,13 +706,15 @@ hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err) {
     }
     s->cfg = *cfg;
     if (!s->cfg.max_frame) s->cfg.max_frame = HVD_DEFAULT_MAX_FRAME;
+    if (s->cfg.max_frame > HVD_MAX_FRAME_LIMIT) s->cfg.max_frame = HVD_MAX_FRAME_LIMIT;
     if (!s->cfg.handshake_timeout_ms) s->cfg.handshake_timeout_ms = 5000;
     if (!s->cfg.idle_timeout_ms) s->cfg.idle_timeout_ms = 60000;
     if (!s->cfg.write_timeout_ms) s->cfg.write_timeout_ms = 30000;
     if (!s->cfg.max_conns) s->cfg.max_conns = 16384;
     if (!s->cfg.max_output) s->cfg.max_output = 4u << 20;
-    s->cfg.bind_host = NULL; /* not kept: the listening socket is bound below */
+    s->cfg.bind_host = NULL; /* kept in s->bind_host */
     s->name = strdup(cfg->name);
+    if (cfg->bind_host) s->bind_host = strdup(cfg->bind_host);
     s->listen_fd = s->wake_fd = s->epfd = -1;
     s->listen_kind = SRC_LISTEN;
     s->wake_kind = SRC_WAKE;
@@ -754,6 +812,7 @@ void hvd_server_destroy(hvd_server *s) {
     hvd_secret_wipe(&s->cfg.secret);
     free(s->handlers);
     free(s->name);
+    free(s->bind_host);
     free(s);
 }
 
@@ -767,7 +826,24 @@ const char *hvd_server_name(const hvd_server *s) {
 
 int hvd_server_addrs(const hvd_server *s, const char *const *only, hvd_addr **out, size_t *n,
                      hvd_err *err) {
-    return hvd_local_addrs(out, n, s->port, only, err);
+    if (!s->bind_host) return hvd_local_addrs(out, n, s->port, only, err);
+    /* Bound to one address: that one, named after its interface when it has one. */
+    hvd_addr *all = NULL, *one = calloc(1, sizeof *one);
+    size_t nall = 0;
+    if (!one) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    snprintf(one->host, sizeof one->host, "%s", s->bind_host);
+    one->port = s->port;
+    if (hvd_local_addrs(&all, &nall, s->port, NULL, NULL) == 0) {
+        for (size_t i = 0; i < nall; i++)
+            if (strcmp(all[i].host, s->bind_host) == 0) {
+                memcpy(one->ifname, all[i].ifname, sizeof one->ifname);
+                break;
+            }
+        free(all);
+    }
+    *out = one;
+    *n = 1;
+    return 0;
 }
 
 void hvd_server_get_stats(hvd_server *s, hvd_server_stats *o) {
@@ -780,6 +856,7 @@ void hvd_server_get_stats(hvd_server *s, hvd_server_stats *o) {
     o->requests = atomic_load(&s->st.requests);
     o->timeouts = atomic_load(&s->st.timeouts);
     o->open_conns = atomic_load(&s->st.open_conns);
+    o->output_queued = atomic_load(&s->st.output_queued);
 }
 
 int hvd_server_post(hvd_server *s, hvd_loop_fn fn, void *arg) {
@@ -951,5 +1028,5 @@ void hvd_call_on_writable(hvd_call *call, hvd_loop_fn fn, void *arg) {
     call->writable_fn = fn;
     call->writable_arg = arg;
     /* Arm EPOLLOUT even if nothing is pending, so the callback runs on the next loop pass. */
-    if (call->c) set_out_interest(call->c, true);
+    if (call->c) update_interest(call->c);
 }

@@ -104,9 +104,13 @@ int hvd_msg_unpack(const msgpack_object *obj, const hvd_msg_desc *desc, void *ms
 void hvd_msg_free(const hvd_msg_desc *desc, void *msg);
 
 /* Checks that buf[0..len) is exactly one well-formed msgpack object whose containers do not
- * claim more elements than bytes remain and do not nest deeper than 32. msgpack-c allocates
- * a container's element array from the count in its header before reading the elements, so
- * this runs before msgpack_unpack on untrusted bytes. Returns 0, or -1 with err. */
+ * claim more elements than bytes remain, do not nest deeper than 16, and hold at most
+ * HVD_MSGPACK_MAX_OBJECTS objects in all (msgpack-c spends about 24 bytes per object). msgpack-c
+ * allocates a container's element array from the count in its header before reading the elements,
+ * so this runs before msgpack_unpack on untrusted bytes. Returns 0, or -1 with err. */
+/* Most objects one message may hold: bounds msgpack-c's memory per frame to about 24 MiB. */
+#define HVD_MSGPACK_MAX_OBJECTS (1u << 20)
+
 int hvd_msgpack_check(const uint8_t *buf, size_t len, hvd_err *err);
 
 #endif

@@ -27,6 +27,10 @@
 #define HVD_PROTOCOL_VERSION 1
 /* Default largest frame payload (plaintext) accepted: 64 MiB. */
 #define HVD_DEFAULT_MAX_FRAME (64u * 1024u * 1024u)
+/* Largest max_frame that can be configured (the length field is 31-bit). */
+#define HVD_MAX_FRAME_LIMIT (0x7fffffffu - 32u)
+/* Longest service name. */
+#define HVD_SERVICE_NAME_LEN_MAX 255
 
 /* Message types 1..99 belong to the RPC layer itself. */
 enum {
@@ -61,8 +65,9 @@ typedef struct hvd_server hvd_server;
  * connection goes away first. Only touched on the loop thread. */
 typedef struct hvd_call hvd_call;
 
-/* Handles a request of a registered type. body is the undecoded message body; decode it with
- * hvd_msg_unpack. The handler must answer the call now or keep it and answer later. */
+/* Handles a request of a registered type. body is the undecoded message body, valid only
+ * while the handler runs; decode it with hvd_msg_unpack. The handler must answer the call now
+ * or keep it (with hvd_call_on_cancel) and answer later. */
 typedef void (*hvd_handler_fn)(hvd_call *call, const msgpack_object *body, void *user);
 
 /* Loop-thread callback for posts, timers, watched fds, cancellations and writability. */
@@ -81,8 +86,9 @@ typedef struct hvd_server_config {
     int write_timeout_ms;     /* a peer that takes none of its pending output for this long is
                                  dropped; 0: 30000 */
     size_t max_conns;         /* connections beyond this are refused; 0: 16384 */
-    size_t max_output;        /* per-connection output buffer bound used for stream back-
-                                 pressure; 0: 4 MiB (replies may exceed it) */
+    size_t max_output;        /* per-connection output bound: streams wait for room below it,
+                                 and a connection over it is not read until its output drops
+                                 below half; 0: 4 MiB (one reply may exceed it) */
 } hvd_server_config;
 
 typedef struct hvd_server_stats {
@@ -95,14 +101,15 @@ typedef struct hvd_server_stats {
     uint64_t requests;         /* requests dispatched to handlers */
     uint64_t timeouts;         /* connections closed by the idle, handshake or write timeout */
     uint64_t open_conns;       /* connections open now */
+    uint64_t output_queued;    /* bytes waiting in connection output buffers now */
 } hvd_server_stats;
 
 /* Creates a server and binds its listening socket (not yet serving). Returns NULL with err.
  * The config's strings are copied. */
 hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err);
 
-/* Registers the handler for a request type (before hvd_server_start). Type 1..99 other than
- * PING are reserved. Returns 0, or -1 if the type is reserved or taken. */
+/* Registers the handler for a request type (before hvd_server_start). Types below 100 belong to
+ * the RPC layer. Returns 0, or -1 if the type is below 100 or taken. */
 int hvd_server_handle(hvd_server *s, uint32_t type, hvd_handler_fn fn, void *user);
 
 /* Starts the loop thread. Returns 0, or -1 with err. */
@@ -124,8 +131,9 @@ uint16_t hvd_server_port(const hvd_server *s);
 const char *hvd_server_name(const hvd_server *s);
 
 /* Lists the addresses this server can be reached at: every local interface address (see
- * hvd_local_addrs) with the server's port, or only bind_host if one was given. `only` filters
- * interfaces as for hvd_local_addrs. Returns 0 with a malloc'd array, or -1 with err. */
+ * hvd_local_addrs) with the server's port, filtered by `only` as for hvd_local_addrs; or, if
+ * bind_host was given, just that address (named after its interface, `only` ignored).
+ * Returns 0 with a malloc'd array, or -1 with err. */
 int hvd_server_addrs(const hvd_server *s, const char *const *only, hvd_addr **out, size_t *n,
                      hvd_err *err);
 
@@ -233,7 +241,8 @@ int hvd_client_call_stream(hvd_client *c, const hvd_msg_desc *req_desc, const vo
 /* Sends a request whose reply will be ignored (for use inside on_interrupt). */
 int hvd_client_send(hvd_client *c, const hvd_msg_desc *req_desc, const void *req, hvd_err *err);
 
-/* Connects and pings; returns 0 and the pong (free with hvd_msg_free), or -1 with err. */
+/* Pings the service (reconnecting if the connection was lost); returns 0 and the pong (free
+ * with hvd_msg_free), or -1 with err. */
 int hvd_client_ping(hvd_client *c, hvd_pong *pong, hvd_err *err);
 
 #endif

@@ -640,6 +640,56 @@ static void test_frame_attacks(void) {
     svc_stop(sv);
 }
 
+/* A peer that pipelines requests and never reads the replies: the server stops reading from it
+ * once its output for that connection is over the bound, so memory stays bounded, and other
+ * clients are still served. */
+static void test_pipelining_bound(void) {
+    hvd_server_config over = {.max_output = 256 * 1024};
+    svc *sv = svc_start("pipeline", &over);
+    uint16_t port = hvd_server_port(sv->srv);
+    raw r;
+    uint8_t confirm[64];
+    CHECK(raw_connect(&r, port, "pipeline", &g_secret) == 0);
+    raw_read_frame(&r, confirm, sizeof confirm);
+
+    hvd_buf burst = {0};
+    for (uint64_t id = 1; id <= 1000000; id++)
+        raw_seal_ping(&r, id, &burst);
+    long rss0 = test_rss_kib();
+    /* Push as much as the kernel takes within a few seconds; the server must stop reading. */
+    /* Push until the server stops taking requests for a second (or 20 s pass). */
+    size_t off = 0;
+    int64_t until = test_now_ms() + 20000, progress = test_now_ms();
+    while (off < burst.len && test_now_ms() < until && test_now_ms() - progress < 1000) {
+        if (hvd_wait_fd(r.fd, POLLOUT, 100) != 1) continue;
+        ssize_t n = send(r.fd, burst.data + off, burst.len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            off += (size_t)n;
+            progress = test_now_ms();
+        }
+    }
+    long rss1 = test_rss_kib();
+    /* Replies are ~50 bytes: with a 256 KiB bound and small socket buffers, the server must
+     * have stopped after some thousands of requests, not gone on through a million. */
+    hvd_server_stats st = stats(sv);
+    fprintf(stderr,
+            "  %llu requests handled, %zu of %zu bytes taken, %llu bytes of replies queued\n",
+            (unsigned long long)st.requests, off, burst.len, (unsigned long long)st.output_queued);
+    CHECK_MSG(off < burst.len, "the server took all %zu bytes of requests", burst.len);
+    CHECK_MSG(st.output_queued <= 256 * 1024 + 4096, "%llu bytes of replies queued",
+              (unsigned long long)st.output_queued);
+    CHECK_MSG(rss1 - rss0 < 48 * 1024, "RSS grew by %ld KiB", rss1 - rss0);
+    hvd_err err;
+    hvd_client *c = client_for(sv, "pipeline", &g_secret, &err);
+    hvd_pong pong;
+    CHECK(c && hvd_client_ping(c, &pong, &err) == 0);
+    if (c) hvd_msg_free(&hvd_pong_desc, &pong);
+    hvd_client_close(c);
+    hvd_buf_free(&burst);
+    raw_close(&r);
+    svc_stop(sv);
+}
+
 /* ---- Load: many clients, idle connections ------------------------------------------------ */
 
 typedef struct load_arg {
@@ -767,6 +817,14 @@ static void test_timeouts(void) {
     if (c) hvd_msg_free(&hvd_pong_desc, &pong);
     CHECK(stats(sv).timeouts >= 2);
     CHECK(stats(sv).accepted == 3);
+    /* Idle again: a call that may not be retried still goes out on a fresh connection. */
+    usleep(1000 * 1000);
+    everything m = {.u64 = 42, .str = "after idle"}, echoed;
+    CHECK_MSG(c && hvd_client_call(c, &echo_desc, &m, &echo_desc, &echoed, 0, 0, &err) == 0, "%s",
+              err.msg);
+    if (c) CHECK(echoed.u64 == 42);
+    if (c) hvd_msg_free(&echo_desc, &echoed);
+    CHECK(stats(sv).accepted == 4);
     /* A call the service holds hits the client's timeout with a clear error. */
     int64_t t0 = test_now_ms();
     CHECK(c && hvd_client_call(c, &hold_desc, NULL, &hvd_ack_desc, NULL, 300, 0, &err) == -1);
@@ -933,13 +991,17 @@ static void test_probing(void) {
     close(probe);
     if (!hangs) fprintf(stderr, "  note: the full-backlog listener did not drop SYNs here\n");
 
-    hvd_addr addrs[3] = {{"lo", "127.0.0.1", dead_port},
+    /* A listener that accepts (the kernel completes the connect) but never says a word. */
+    uint16_t silent_port;
+    int silent = hvd_listen_tcp("127.0.0.1", 0, &silent_port, &err);
+    hvd_addr addrs[4] = {{"lo", "127.0.0.1", dead_port},
                          {"lo", "127.0.0.1", hole_port},
+                         {"lo", "127.0.0.1", silent_port},
                          {"lo", "127.0.0.1", hvd_server_port(sv->srv)}};
     hvd_client_config cc = {.service = "probe",
                             .secret = g_secret,
                             .addrs = addrs,
-                            .naddrs = 3,
+                            .naddrs = 4,
                             .probe_timeout_ms = 2000};
     int64_t t0 = test_now_ms();
     hvd_client *c = hvd_client_connect(&cc, &err);
@@ -951,12 +1013,14 @@ static void test_probing(void) {
 
     /* Nothing alive: the error says what each address did. */
     hvd_client_config bad = cc;
-    bad.naddrs = 2;
+    bad.naddrs = 3;
     bad.probe_timeout_ms = 500;
     c = hvd_client_connect(&bad, &err);
     CHECK(c == NULL);
     CHECK_MSG(strstr(err.msg, "refused") != NULL, "%s", err.msg);
     if (hangs) CHECK_MSG(strstr(err.msg, "no answer") != NULL, "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, "did not finish") != NULL, "%s", err.msg);
+    close(silent);
     close(fillers[0]);
     close(fillers[1]);
     close(hole);
@@ -998,6 +1062,7 @@ int main(void) {
     RUN(test_decoder_errors);
     RUN(test_wrong_secret);
     RUN(test_frame_attacks);
+    RUN(test_pipelining_bound);
     RUN(test_thousand_clients);
     RUN(test_idle_connections);
     RUN(test_timeouts);
