@@ -37,21 +37,32 @@ typedef struct hvd_driver_config {
 /* Starts the driver service. Returns NULL with err. */
 hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err);
 
-/* The addresses tasks and agents can reach the driver at (malloc'd array). Returns 0, or -1. */
+/* The addresses tasks and agents can reach the driver at (malloc'd array): every interface's,
+ * or only bind_host's when one was given. Returns 0, or -1. */
 int hvd_driver_addrs(hvd_driver *d, hvd_addr **out, size_t *n, hvd_err *err);
 
-/* Waits until all N tasks registered, logging "k/N tasks registered" as they come. On
- * timeout returns -1 with an error that says how many registered, lists the missing indices
- * and says what to check. Returns 0 when all are in. */
+/* Waits until all N tasks registered, logging "k/N tasks registered" as they come (at most
+ * once a second, and always the final count). timeout_ms < 0 waits without limit. On timeout
+ * returns -1 (HVD_E_TIMEOUT) with an error that says how many registered, lists the missing
+ * indices ("3-7,9") and says what to check; after hvd_driver_abort returns -1 (HVD_E_STATE)
+ * with the abort reason. Returns 0 when all are in. */
 int hvd_driver_wait_registration(hvd_driver *d, int timeout_ms, hvd_err *err);
 
-/* Tells every task that registration is complete (with the table of all tasks), waits for
- * each task's report of which peers' addresses it reached (a full mesh), and returns the
- * interface names usable between every ordered pair of tasks, as a malloc'd NULL-terminated
- * array (free with hvd_strv_free-like loop: free each, then the array). With user-fixed nics,
- * returns those without probing. With one task, returns that task's interfaces. Returns -1
- * with an error naming the pairs that share no interface, or the tasks that did not report
- * in time. */
+/* Tells every task that registration is complete (REGISTRATION_DONE with the table of all
+ * tasks, sent from a pool of up to 16 threads), waits for each task's report of which peers'
+ * addresses it reached (a full mesh), and returns the interface names usable between every
+ * ordered pair of tasks, in the order task 0 declared them, as a malloc'd NULL-terminated
+ * array (free each string, then the array). Only names that every task declared can be
+ * returned (an interface MPI uses must exist on every host): a reached address counts for the
+ * name it carries if that is one of them. If there is none, the tasks are told without
+ * probing and the call fails naming, for each of task 0's names, a task without it.
+ * REGISTRATION_DONE.probe is true only when the tasks must probe: not with user-fixed nics
+ * (returned as given) and not with one task (its own interface names are returned; it has no
+ * peer to probe and sends no report). timeout_ms (< 0: no limit) bounds the whole exchange.
+ * Must not be called on the loop thread (it blocks) nor before registration is complete
+ * (HVD_E_STATE). Returns -1 with an error naming the tasks that could not be told (HVD_E_IO),
+ * the tasks that did not report in time (HVD_E_TIMEOUT), or the pairs that share no
+ * interface (HVD_E_NOT_FOUND; at most 10 named, then "and N more"). */
 int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, hvd_err *err);
 
 /* The -H host list for mpirun: "<host hash>:<slots>,..." with hosts sorted by name and then
@@ -72,7 +83,9 @@ typedef struct hvd_rank_result {
 } hvd_rank_result;
 
 /* Every rank's result in rank order, for ranks 0..N-1 (N = num_tasks): a rank that never
- * reported has present = false. Returns 0 with a malloc'd array, or -1. */
+ * reported has present = false. index is the task mapped to the rank by SET_LOCAL_RANK (else
+ * the one the result named; UINT32_MAX if neither), host_hash that task's (NULL if unknown).
+ * Returns 0 with a malloc'd array, or -1. */
 int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err *err);
 void hvd_driver_results_free(hvd_rank_result *r, size_t n);
 
@@ -80,8 +93,14 @@ void hvd_driver_results_free(hvd_rank_result *r, size_t n);
  * Returns 0, or -1 if the index is not registered. */
 int hvd_driver_task(hvd_driver *d, uint32_t index, hvd_task_info *out, hvd_err *err);
 
-/* Answers every WAIT_SHUTDOWN long-poll (and later ones at once): tasks end. */
+/* Answers every WAIT_SHUTDOWN long-poll (and later ones at once): tasks end. Returns once the
+ * answers are queued on the loop thread (a stop right after still delivers them). */
 void hvd_driver_shutdown_tasks(hvd_driver *d);
+
+/* Makes hvd_driver_wait_registration and hvd_driver_common_interfaces (now or later) fail
+ * with this reason, e.g. when the cluster job that runs the tasks failed (Horovod's
+ * notify_spark_job_failed). Any thread. */
+void hvd_driver_abort(hvd_driver *d, const char *reason);
 
 /* Shuts tasks down, stops the service and frees everything. NULL is ignored. */
 void hvd_driver_stop(hvd_driver *d);

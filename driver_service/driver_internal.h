@@ -1,0 +1,165 @@
+/* Internals of libhvd_driver, shared by its files (not installed).
+ *
+ * Who touches what:
+ *  - the registry (drv_registry) is changed only by request handlers on the server's loop
+ *    thread, always with `mu` held; the launcher thread reads it with `mu` held. Handlers
+ *    also hold `mu` while they read, so every access is under `mu` and there is one rule.
+ *  - `mu` is never held across a blocking call (connects, RPCs, waits other than cv).
+ *  - the held WAIT_SHUTDOWN calls (`held`) belong to the loop thread (and to the thread that
+ *    stops the server, once the loop has ended).
+ *  - `code`, `nics`, `bind_host`, `num_tasks` are fixed at start and read without a lock. */
+#ifndef HVD_DRIVER_INTERNAL_H
+#define HVD_DRIVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd/driver.h"
+#include "hvd/rpc.h"
+
+/* ---- Registry (registry.c): the tables; callers hold hvd_driver.mu ---------------------- */
+
+/* One task slot, indexed by task index. */
+typedef struct drv_task {
+    bool registered;
+    hvd_task_info info;      /* owned: the last registration */
+    char peer[HVD_HOST_MAX]; /* the address the last registration came from */
+    int64_t rank;            /* the rank mapped to this task by SET_LOCAL_RANK; -1: none */
+    bool reported;           /* this task's reachability report is in `reach` */
+    uint64_t *reach;         /* [n] when reported: reach[j] = the candidate interfaces (bits
+                                over drv_registry.cand) this task reached task j on */
+} drv_task;
+
+/* One host hash and the tasks registered under it. */
+typedef struct drv_host {
+    char *host_hash; /* owned */
+    uint32_t *idx;   /* sorted ascending, no duplicates */
+    size_t n, cap;
+} drv_host;
+
+typedef struct drv_registry {
+    uint32_t n;           /* num_tasks */
+    drv_task *tasks;      /* [n] */
+    uint32_t nregistered; /* tasks with registered = true */
+    uint32_t nreported;   /* tasks with reported = true */
+    drv_host *hosts;      /* sorted by host_hash (strcmp) */
+    size_t nhosts, caphosts;
+    int64_t *rank_index; /* [n] rank -> task index; -1: unmapped */
+    /* The interface names every task declared, in task 0's order: only these can connect
+     * every pair, so reports are kept as bitsets over them (a report as sent is O(n) addresses;
+     * 1024 of them decoded would take hundreds of MiB). Set for each probing round. */
+    char (*cand)[HVD_IFNAME_MAX];
+    size_t ncand;            /* <= DRV_MAX_CAND */
+    hvd_result_msg *results; /* [n] by rank; .present says whether one was reported */
+} drv_registry;
+
+/* What drv_reg_put did, for log lines. */
+typedef struct drv_put_outcome {
+    bool replaced;                    /* the index was registered before */
+    bool moved;                       /* ... under another host hash */
+    char old_host[HVD_HOST_HASH_MAX]; /* that host hash */
+} drv_put_outcome;
+
+int drv_reg_init(drv_registry *r, uint32_t n);
+void drv_reg_free(drv_registry *r);
+
+/* The host entry for a host hash, or NULL. */
+drv_host *drv_reg_host(drv_registry *r, const char *host_hash);
+
+/* Stores a registration (already validated: index < n, valid host hash, addresses). On
+ * success takes ownership of *info's contents (and zeroes *info); a re-registration replaces
+ * the entry, moves the index between host lists if its host hash changed, and drops the
+ * task's reachability report (its addresses may have changed). Returns 0, or -1 on out of
+ * memory (then nothing changed and *info still owns its contents). */
+int drv_reg_put(drv_registry *r, hvd_task_info *info, const char *peer, drv_put_outcome *out);
+
+/* Maps rank -> indices_of[host_hash][local_rank]; any rank mapped to that index before is
+ * unmapped. Returns 0 with *index, or -1 with err (HVD_E_NOT_FOUND, HVD_E_INVALID). */
+int drv_reg_set_rank(drv_registry *r, const char *host_hash, uint32_t local_rank, uint32_t rank,
+                     uint32_t *index, hvd_err *err);
+
+#define DRV_MAX_CAND 64
+
+/* Sets the candidate interfaces for a probing round: the names (non-empty) that every
+ * registered task declared, in task 0's order, at most DRV_MAX_CAND (*truncated tells if
+ * more were left out). Forgets every reachability report. Returns 0, or -1 on out of memory.
+ * Every task must be registered. */
+int drv_reg_set_cand(drv_registry *r, bool *truncated);
+
+/* Stores task m->from's reachability report as bitsets over the candidates, replacing any
+ * earlier one. The caller checked that m->from is registered and every `to` is < n. Returns
+ * 0, or -1 on out of memory. */
+int drv_reg_put_reach(drv_registry *r, const hvd_reachable_msg *m);
+
+/* Stores rank m->rank's result (0 <= rank < n, checked by the caller), replacing any earlier
+ * one; takes ownership of *m's contents. */
+void drv_reg_put_result(drv_registry *r, hvd_result_msg *m);
+
+/* ---- The driver ---------------------------------------------------------------------------- */
+
+/* A held WAIT_SHUTDOWN call (loop thread only). */
+typedef struct drv_held {
+    hvd_driver *d;
+    hvd_call *call;
+    struct drv_held *prev, *next;
+} drv_held;
+
+struct hvd_driver {
+    uint32_t num_tasks;
+    hvd_secret secret;
+    hvd_code_msg code; /* deep copy; kind == 0: none configured */
+    bool has_code;
+    char **nics; /* NULL-terminated deep copy, or NULL */
+    char *bind_host;
+    hvd_log_fn log;
+    void *log_user;
+    hvd_server *srv;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* registrations, reports, shutdown progress, abort */
+    drv_registry reg;
+    bool tasks_shutdown;   /* hvd_driver_shutdown_tasks was called: answer WAIT_SHUTDOWN */
+    bool shutdown_flushed; /* the loop answered every held WAIT_SHUTDOWN after that */
+    bool aborted;          /* hvd_driver_abort was called: waits fail with abort_reason */
+    char abort_reason[256];
+
+    drv_held *held;      /* loop thread */
+    atomic_size_t nheld; /* how many are held (any thread may read it) */
+};
+
+/* How many WAIT_SHUTDOWN calls are held now (any thread; for tests and diagnostics). */
+size_t drv_held_count(hvd_driver *d);
+
+/* Registers the request handlers (handlers.c). Returns 0, or -1. */
+int drv_install_handlers(hvd_driver *d);
+
+/* Answers every held WAIT_SHUTDOWN call (loop thread). */
+void drv_answer_held(hvd_driver *d);
+
+/* Sends one line (printf-style) to the configured log, if any. Any thread. */
+void drv_log(hvd_driver *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* NULL-terminated string lists: room for n (zeroed), a deep copy, and freeing (NULL is
+ * ignored). The first two return NULL on out of memory. */
+char **drv_strv_new(size_t n);
+char **drv_strv_copy(const char *const *v);
+void drv_strv_free(char **v);
+
+/* Deep-copies a message described by desc (through its own encoding). Returns 0, or -1. */
+int drv_msg_clone(const hvd_msg_desc *desc, const void *src, void *dst);
+
+/* Writes sorted indices as compressed ranges ("3-7,9,12") into buf of size len. When they do
+ * not fit, writes as many as fit followed by ",..." so the text always ends cleanly. */
+void drv_format_ranges(const uint32_t *v, size_t n, char *buf, size_t len);
+
+/* Milliseconds on the monotonic clock. */
+int64_t drv_now_ms(void);
+
+/* Waits on d->cv (d->mu held) until deadline_ms (drv_now_ms time; < 0: no limit). Returns
+ * false when the deadline passed. */
+bool drv_cond_wait(hvd_driver *d, int64_t deadline_ms);
+
+#endif

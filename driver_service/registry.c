@@ -1,0 +1,262 @@
+/* The driver's tables: task index -> registration, host hash -> sorted indices, rank -> index,
+ * reachability reports and results. Pure data structures; the caller holds hvd_driver.mu. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver_internal.h"
+
+int drv_reg_init(drv_registry *r, uint32_t n) {
+    memset(r, 0, sizeof *r);
+    r->n = n;
+    r->tasks = calloc(n, sizeof *r->tasks);
+    r->rank_index = malloc(n * sizeof *r->rank_index);
+    r->results = calloc(n, sizeof *r->results);
+    if (!r->tasks || !r->rank_index || !r->results) {
+        drv_reg_free(r);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        r->tasks[i].rank = -1;
+        r->rank_index[i] = -1;
+    }
+    return 0;
+}
+
+void drv_reg_free(drv_registry *r) {
+    for (uint32_t i = 0; r->tasks && i < r->n; i++) {
+        hvd_msg_free(&hvd_task_info_desc, &r->tasks[i].info);
+        free(r->tasks[i].reach);
+    }
+    for (uint32_t i = 0; r->results && i < r->n; i++)
+        hvd_msg_free(&hvd_result_desc, &r->results[i]);
+    for (size_t h = 0; h < r->nhosts; h++) {
+        free(r->hosts[h].host_hash);
+        free(r->hosts[h].idx);
+    }
+    free(r->hosts);
+    free(r->cand);
+    free(r->tasks);
+    free(r->rank_index);
+    free(r->results);
+    memset(r, 0, sizeof *r);
+}
+
+/* Binary search: the position of host_hash, or where it would be inserted (*found false). */
+static size_t host_pos(const drv_registry *r, const char *host_hash, bool *found) {
+    size_t lo = 0, hi = r->nhosts;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(r->hosts[mid].host_hash, host_hash);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+drv_host *drv_reg_host(drv_registry *r, const char *host_hash) {
+    bool found;
+    size_t pos = host_pos(r, host_hash, &found);
+    return found ? &r->hosts[pos] : NULL;
+}
+
+/* Adds index to host_hash's sorted list (creating the host). No-op if already there.
+ * Returns 0, or -1 on out of memory (nothing changed). */
+static int host_add(drv_registry *r, const char *host_hash, uint32_t index) {
+    bool found;
+    size_t pos = host_pos(r, host_hash, &found);
+    if (!found) {
+        if (r->nhosts == r->caphosts) {
+            size_t cap = r->caphosts ? r->caphosts * 2 : 16;
+            drv_host *h = realloc(r->hosts, cap * sizeof *h);
+            if (!h) return -1;
+            r->hosts = h;
+            r->caphosts = cap;
+        }
+        char *name = strdup(host_hash);
+        if (!name) return -1;
+        memmove(&r->hosts[pos + 1], &r->hosts[pos], (r->nhosts - pos) * sizeof *r->hosts);
+        r->hosts[pos] = (drv_host){.host_hash = name};
+        r->nhosts++;
+    }
+    drv_host *h = &r->hosts[pos];
+    size_t at = 0;
+    while (at < h->n && h->idx[at] < index)
+        at++;
+    if (at < h->n && h->idx[at] == index) return 0;
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 4;
+        uint32_t *v = realloc(h->idx, cap * sizeof *v);
+        if (!v) {
+            if (h->n == 0) { /* undo the host we just created */
+                free(h->host_hash);
+                memmove(&r->hosts[pos], &r->hosts[pos + 1],
+                        (r->nhosts - pos - 1) * sizeof *r->hosts);
+                r->nhosts--;
+            }
+            return -1;
+        }
+        h->idx = v;
+        h->cap = cap;
+    }
+    memmove(&h->idx[at + 1], &h->idx[at], (h->n - at) * sizeof *h->idx);
+    h->idx[at] = index;
+    h->n++;
+    return 0;
+}
+
+/* Removes index from host_hash's list; a host left with no task disappears, so the host list
+ * never names a host with zero slots. */
+static void host_remove(drv_registry *r, const char *host_hash, uint32_t index) {
+    bool found;
+    size_t pos = host_pos(r, host_hash, &found);
+    if (!found) return;
+    drv_host *h = &r->hosts[pos];
+    for (size_t i = 0; i < h->n; i++) {
+        if (h->idx[i] != index) continue;
+        memmove(&h->idx[i], &h->idx[i + 1], (h->n - i - 1) * sizeof *h->idx);
+        h->n--;
+        break;
+    }
+    if (h->n == 0) {
+        free(h->host_hash);
+        free(h->idx);
+        memmove(&r->hosts[pos], &r->hosts[pos + 1], (r->nhosts - pos - 1) * sizeof *r->hosts);
+        r->nhosts--;
+    }
+}
+
+static void drop_reach(drv_registry *r, drv_task *t) {
+    if (!t->reported) return;
+    free(t->reach);
+    t->reach = NULL;
+    t->reported = false;
+    r->nreported--;
+}
+
+/* The candidate number of an interface name, or -1. */
+static int cand_find(const drv_registry *r, const char *name) {
+    for (size_t k = 0; k < r->ncand; k++)
+        if (strcmp(r->cand[k], name) == 0) return (int)k;
+    return -1;
+}
+
+static bool declares(const hvd_task_info *t, const char *ifname) {
+    const hvd_addr *a = t->addrs.v;
+    for (size_t x = 0; x < t->addrs.n; x++)
+        if (strcmp(a[x].ifname, ifname) == 0) return true;
+    return false;
+}
+
+int drv_reg_put(drv_registry *r, hvd_task_info *info, const char *peer, drv_put_outcome *out) {
+    drv_task *t = &r->tasks[info->index];
+    memset(out, 0, sizeof *out);
+    out->replaced = t->registered;
+    out->moved = t->registered && strcmp(t->info.host_hash, info->host_hash) != 0;
+    /* Add to the new host first: if that fails nothing has changed yet. */
+    if (host_add(r, info->host_hash, info->index) != 0) return -1;
+    if (out->moved) {
+        snprintf(out->old_host, sizeof out->old_host, "%s", t->info.host_hash);
+        host_remove(r, t->info.host_hash, info->index);
+    }
+    if (t->registered)
+        hvd_msg_free(&hvd_task_info_desc, &t->info);
+    else
+        r->nregistered++;
+    drop_reach(r, t);
+    t->info = *info;
+    memset(info, 0, sizeof *info);
+    snprintf(t->peer, sizeof t->peer, "%s", peer ? peer : "");
+    t->registered = true;
+    return 0;
+}
+
+int drv_reg_set_rank(drv_registry *r, const char *host_hash, uint32_t local_rank, uint32_t rank,
+                     uint32_t *index, hvd_err *err) {
+    if (rank >= r->n)
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "rank %u is outside 0..%u: does mpirun start as many ranks as there "
+                           "are tasks (-np)?",
+                           rank, r->n - 1);
+    drv_host *h = drv_reg_host(r, host_hash);
+    if (!h)
+        return hvd_err_set(err, HVD_E_NOT_FOUND,
+                           "no task registered with host hash %s: does the rank's "
+                           "HOROVOD_HOSTNAME name the host hash its task registered with?",
+                           host_hash);
+    if (local_rank >= h->n)
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "local rank %u is outside 0..%zu: only %zu task(s) registered with "
+                           "host hash %s, so mpirun should start no more ranks there",
+                           local_rank, h->n - 1, h->n, host_hash);
+    uint32_t idx = h->idx[local_rank];
+    drv_task *t = &r->tasks[idx];
+    /* Idempotent: unmap whatever rank pointed at this task, and wherever this rank pointed. */
+    if (t->rank >= 0) r->rank_index[t->rank] = -1;
+    if (r->rank_index[rank] >= 0) r->tasks[r->rank_index[rank]].rank = -1;
+    r->rank_index[rank] = idx;
+    t->rank = rank;
+    *index = idx;
+    return 0;
+}
+
+int drv_reg_set_cand(drv_registry *r, bool *truncated) {
+    *truncated = false;
+    for (uint32_t i = 0; i < r->n; i++)
+        drop_reach(r, &r->tasks[i]);
+    free(r->cand);
+    r->cand = NULL;
+    r->ncand = 0;
+    const hvd_task_info *t0 = &r->tasks[0].info;
+    r->cand = calloc(DRV_MAX_CAND, sizeof *r->cand);
+    if (!r->cand) return -1;
+    const hvd_addr *a = t0->addrs.v;
+    for (size_t x = 0; x < t0->addrs.n; x++) {
+        const char *name = a[x].ifname;
+        if (!name[0] || cand_find(r, name) >= 0) continue;
+        bool everywhere = true;
+        for (uint32_t j = 1; j < r->n && everywhere; j++)
+            everywhere = declares(&r->tasks[j].info, name);
+        if (!everywhere) continue;
+        if (r->ncand == DRV_MAX_CAND) {
+            *truncated = true;
+            break;
+        }
+        snprintf(r->cand[r->ncand++], HVD_IFNAME_MAX, "%s", name);
+    }
+    return 0;
+}
+
+int drv_reg_put_reach(drv_registry *r, const hvd_reachable_msg *m) {
+    uint64_t *row = calloc(r->n, sizeof *row);
+    if (!row) return -1;
+    const hvd_reach *e = m->reach.v;
+    for (size_t k = 0; k < m->reach.n; k++) {
+        const hvd_addr *a = e[k].addrs.v;
+        for (size_t x = 0; x < e[k].addrs.n; x++) {
+            int c = cand_find(r, a[x].ifname);
+            if (c >= 0) row[e[k].to] |= (uint64_t)1 << c;
+        }
+    }
+    drv_task *t = &r->tasks[m->from];
+    drop_reach(r, t);
+    t->reach = row;
+    t->reported = true;
+    r->nreported++;
+    return 0;
+}
+
+void drv_reg_put_result(drv_registry *r, hvd_result_msg *m) {
+    hvd_result_msg *slot = &r->results[m->rank];
+    hvd_msg_free(&hvd_result_desc, slot);
+    *slot = *m;
+    slot->present = true;
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,63 @@
+/* Every rank's result, in rank order, for the launcher. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver_internal.h"
+
+static char *dup_or_null(const char *s, bool *oom) {
+    if (!s) return NULL;
+    char *c = strdup(s);
+    if (!c) *oom = true;
+    return c;
+}
+
+int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err *err) {
+    *out = NULL;
+    *n = 0;
+    hvd_rank_result *v = calloc(d->num_tasks, sizeof *v);
+    if (!v) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    bool oom = false;
+    pthread_mutex_lock(&d->mu);
+    const drv_registry *r = &d->reg;
+    for (uint32_t rank = 0; rank < r->n; rank++) {
+        hvd_rank_result *o = &v[rank];
+        const hvd_result_msg *m = &r->results[rank];
+        o->rank = (int)rank;
+        /* The task the rank represents: from SET_LOCAL_RANK, else what the rank reported. */
+        int64_t index = r->rank_index[rank];
+        if (index < 0 && m->present) index = m->index;
+        o->index = index < 0 ? UINT32_MAX : (uint32_t)index;
+        if (index >= 0 && r->tasks[index].registered)
+            o->host_hash = dup_or_null(r->tasks[index].info.host_hash, &oom);
+        if (!m->present) continue;
+        o->present = true;
+        o->status = m->status;
+        o->error = dup_or_null(m->error, &oom);
+        if (m->result.len > 0) {
+            o->data = malloc(m->result.len);
+            if (o->data) {
+                memcpy(o->data, m->result.data, m->result.len);
+                o->len = m->result.len;
+            } else {
+                oom = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (oom) {
+        hvd_driver_results_free(v, d->num_tasks);
+        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory copying the results");
+    }
+    *out = v;
+    *n = d->num_tasks;
+    return 0;
+}
+
+void hvd_driver_results_free(hvd_rank_result *r, size_t n) {
+    for (size_t i = 0; r && i < n; i++) {
+        free(r[i].host_hash);
+        free(r[i].data);
+        free(r[i].error);
+    }
+    free(r);
+}

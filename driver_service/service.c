@@ -1,0 +1,250 @@
+/* The driver's life cycle: start, addresses, waiting for registration, task lookups, shutting
+ * the tasks down, abort and stop. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "driver_internal.h"
+
+/* Largest number of tasks a driver accepts (tables are sized by it up front). */
+#define DRV_MAX_TASKS (1u << 20)
+
+static void driver_free(hvd_driver *d) {
+    hvd_server_destroy(d->srv);
+    /* Nothing can be held any more: stop cancelled what was left. */
+    drv_reg_free(&d->reg);
+    hvd_msg_free(&hvd_code_desc, &d->code);
+    drv_strv_free(d->nics);
+    free(d->bind_host);
+    hvd_secret_wipe(&d->secret);
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+static int check_config(const hvd_driver_config *cfg, hvd_err *err) {
+    if (cfg->num_tasks == 0 || cfg->num_tasks > DRV_MAX_TASKS)
+        return hvd_err_set(err, HVD_E_INVALID, "the number of tasks must be 1..%u, not %u",
+                           DRV_MAX_TASKS, cfg->num_tasks);
+    const hvd_code_msg *c = cfg->code;
+    if (c && c->kind != HVD_CODE_ARGV && c->kind != HVD_CODE_SHARED_OBJECT)
+        return hvd_err_set(err, HVD_E_INVALID, "unknown entry point kind %u", c->kind);
+    if (c && c->kind == HVD_CODE_ARGV &&
+        (c->argv.n == 0 || !c->argv.v || !c->argv.v[0] || !*c->argv.v[0]))
+        return hvd_err_set(err, HVD_E_INVALID, "the entry point command is empty");
+    if (c && c->kind == HVD_CODE_SHARED_OBJECT && (c->object.len == 0 || !c->symbol || !*c->symbol))
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "a shared-object entry point needs the object's bytes and a symbol");
+    if (cfg->nics && !cfg->nics[0])
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "the list of network interfaces is empty: give at least one, or "
+                           "none at all to have the tasks probe");
+    return 0;
+}
+
+hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
+    if (check_config(cfg, err) != 0) return NULL;
+    hvd_driver *d = calloc(1, sizeof *d);
+    if (!d) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&d->nheld, 0);
+    d->num_tasks = cfg->num_tasks;
+    d->secret = cfg->secret;
+    d->log = cfg->log;
+    d->log_user = cfg->log_user;
+    bool oom = drv_reg_init(&d->reg, cfg->num_tasks) != 0;
+    if (cfg->code) {
+        d->has_code = true;
+        oom |= drv_msg_clone(&hvd_code_desc, cfg->code, &d->code) != 0;
+    }
+    if (cfg->nics) oom |= !(d->nics = drv_strv_copy(cfg->nics));
+    if (cfg->bind_host) oom |= !(d->bind_host = strdup(cfg->bind_host));
+    if (oom) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory starting the driver");
+        driver_free(d);
+        return NULL;
+    }
+    hvd_server_config sc = {
+        .name = HVD_DRIVER_SERVICE,
+        .secret = cfg->secret,
+        .bind_host = cfg->bind_host,
+        .port = cfg->port,
+    };
+    d->srv = hvd_server_create(&sc, err);
+    if (!d->srv) {
+        driver_free(d);
+        return NULL;
+    }
+    if (drv_install_handlers(d) != 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "cannot register the driver's handlers");
+        driver_free(d);
+        return NULL;
+    }
+    if (hvd_server_start(d->srv, err) != 0) {
+        driver_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* A wildcard bind address listens everywhere: list every interface then. */
+static bool is_wildcard(const char *host) {
+    return !host || !*host || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+int hvd_driver_addrs(hvd_driver *d, hvd_addr **out, size_t *n, hvd_err *err) {
+    uint16_t port = hvd_server_port(d->srv);
+    if (is_wildcard(d->bind_host)) return hvd_server_addrs(d->srv, NULL, out, n, err);
+    /* Bound to one address: only it can be reached; name its interface when we find it. */
+    hvd_addr *a = calloc(1, sizeof *a);
+    if (!a) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    snprintf(a->host, sizeof a->host, "%s", d->bind_host);
+    a->port = port;
+    hvd_addr *all = NULL;
+    size_t nall = 0;
+    if (hvd_local_addrs(&all, &nall, port, NULL, NULL) == 0) {
+        for (size_t i = 0; i < nall; i++) {
+            if (strcmp(all[i].host, d->bind_host) == 0) {
+                memcpy(a->ifname, all[i].ifname, sizeof a->ifname);
+                break;
+            }
+        }
+        free(all);
+    }
+    *out = a;
+    *n = 1;
+    return 0;
+}
+
+/* Missing indices as "3-7,9" into buf. d->mu held. */
+static void missing_tasks(hvd_driver *d, char *buf, size_t len) {
+    uint32_t *v = malloc(d->num_tasks * sizeof *v);
+    size_t n = 0;
+    if (!v) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    for (uint32_t i = 0; i < d->num_tasks; i++)
+        if (!d->reg.tasks[i].registered) v[n++] = i;
+    drv_format_ranges(v, n, buf, len);
+    free(v);
+}
+
+int hvd_driver_wait_registration(hvd_driver *d, int timeout_ms, hvd_err *err) {
+    int64_t start = drv_now_ms();
+    int64_t deadline = timeout_ms < 0 ? -1 : start + timeout_ms;
+    int64_t last_log = 0;
+    uint32_t logged = UINT32_MAX;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        uint32_t k = d->reg.nregistered;
+        /* Progress: every change, at most once a second, and always the final count. */
+        if (k != logged && (k == d->num_tasks || drv_now_ms() - last_log >= 1000)) {
+            logged = k;
+            last_log = drv_now_ms();
+            pthread_mutex_unlock(&d->mu);
+            drv_log(d, "%u/%u tasks registered", k, d->num_tasks);
+            pthread_mutex_lock(&d->mu);
+            continue; /* the count may have moved while the log ran */
+        }
+        if (k == d->num_tasks) break;
+        if (d->aborted) {
+            hvd_err_set(err, HVD_E_STATE, "stopped waiting for tasks to register: %s",
+                        d->abort_reason);
+            pthread_mutex_unlock(&d->mu);
+            return -1;
+        }
+        int64_t wake = deadline;
+        if (k != logged && (wake < 0 || last_log + 1000 < wake)) wake = last_log + 1000;
+        if (!drv_cond_wait(d, wake) && wake == deadline) {
+            k = d->reg.nregistered;
+            if (k == d->num_tasks) continue;
+            char missing[256];
+            missing_tasks(d, missing, sizeof missing);
+            hvd_err_set(err, HVD_E_TIMEOUT,
+                        "timed out after %lld ms waiting for tasks to register: %u of %u "
+                        "registered, missing task(s) %s: are the executors running hvd-task "
+                        "with the right --driver address and secret?",
+                        (long long)(drv_now_ms() - start), k, d->num_tasks, missing);
+            pthread_mutex_unlock(&d->mu);
+            return -1;
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+}
+
+int hvd_driver_task(hvd_driver *d, uint32_t index, hvd_task_info *out, hvd_err *err) {
+    memset(out, 0, sizeof *out);
+    if (index >= d->num_tasks)
+        return hvd_err_set(err, HVD_E_INVALID, "task index %u is outside 0..%u", index,
+                           d->num_tasks - 1);
+    pthread_mutex_lock(&d->mu);
+    int rc = -1;
+    if (!d->reg.tasks[index].registered)
+        hvd_err_set(err, HVD_E_NOT_FOUND, "task %u has not registered", index);
+    else if (drv_msg_clone(&hvd_task_info_desc, &d->reg.tasks[index].info, out) != 0)
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    else
+        rc = 0;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+size_t drv_held_count(hvd_driver *d) {
+    return atomic_load(&d->nheld);
+}
+
+/* Loop thread: answer every held WAIT_SHUTDOWN and tell the caller of shutdown_tasks. */
+static void answer_held_post(void *arg) {
+    hvd_driver *d = arg;
+    drv_answer_held(d);
+    pthread_mutex_lock(&d->mu);
+    d->shutdown_flushed = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void hvd_driver_shutdown_tasks(hvd_driver *d) {
+    pthread_mutex_lock(&d->mu);
+    bool first = !d->tasks_shutdown;
+    d->tasks_shutdown = true;
+    pthread_mutex_unlock(&d->mu);
+    if (!first) return;
+    if (hvd_server_on_loop(d->srv)) {
+        answer_held_post(d);
+        return;
+    }
+    if (hvd_server_post(d->srv, answer_held_post, d) != 0) return; /* stopped: nothing held */
+    /* Wait until the answers are queued, so a stop that follows flushes them. The loop runs
+     * the post soon; hvd_server_stop would run it too. */
+    pthread_mutex_lock(&d->mu);
+    while (!d->shutdown_flushed)
+        pthread_cond_wait(&d->cv, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void hvd_driver_abort(hvd_driver *d, const char *reason) {
+    pthread_mutex_lock(&d->mu);
+    if (!d->aborted)
+        snprintf(d->abort_reason, sizeof d->abort_reason, "%s",
+                 reason && *reason ? reason : "aborted");
+    d->aborted = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void hvd_driver_stop(hvd_driver *d) {
+    if (!d) return;
+    hvd_driver_shutdown_tasks(d);
+    driver_free(d);
+}
