@@ -85,6 +85,8 @@ typedef struct hvd_stats {
     uint64_t collective_calls;     /* collective calls issued to MPI/NCCL for tensors */
     uint64_t fused_calls;          /* of those, calls that carried more than one tensor */
     uint64_t negotiation_ns;       /* time spent in negotiation (bit vector + gather/broadcast) */
+    uint64_t busy_cycles;          /* cycles that scheduled at least one tensor */
+    uint64_t busy_negotiation_ns;  /* negotiation time of those cycles */
     uint64_t stall_warnings;       /* stall inspector reports printed (coordinator only) */
 } hvd_stats;
 
@@ -109,7 +111,8 @@ int hvd_shutdown(void);
  * stops, which any rank's hvd_shutdown causes), else 0. */
 int hvd_is_running(void);
 
-/* Ranks and sizes. Each returns -1 when hvd_init has not succeeded. local = this host
+/* Ranks and sizes. Each returns -1 before a successful hvd_init and after hvd_shutdown (they
+ * stay valid while the runtime is stopped by another rank's shutdown). local = this host
  * (MPI_COMM_TYPE_SHARED); cross = ranks with the same local rank, one per host. */
 int hvd_rank(void);
 int hvd_size(void);

@@ -1,0 +1,31 @@
+/* The argv form of the allreduce example: run it under mpirun (or as hvd-exec's command).
+ * Prints this rank's result line; exits 0 on success, 1 with the reason on stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "allreduce.h"
+
+static int env_int(const char *name) {
+    const char *s = getenv(name);
+    return s ? atoi(s) : -1;
+}
+
+int main(void) {
+    /* What hvd-exec would pass: the launcher's view of the rank, if there is one. */
+    hvd_entry_ctx ctx = {.abi_version = HVD_ENTRY_ABI_VERSION,
+                         .rank = env_int("OMPI_COMM_WORLD_RANK"),
+                         .size = env_int("OMPI_COMM_WORLD_SIZE"),
+                         .local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK"),
+                         .local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE"),
+                         .task_index = -1,
+                         .arg = (const uint8_t *)"",
+                         .arg_len = 0};
+    hvd_entry_result res = {0};
+    int rc = hvd_example_allreduce(&ctx, &res);
+    if (rc == 0)
+        fwrite(res.data, 1, res.len, stdout);
+    else
+        fprintf(stderr, "hvd-example-allreduce: %s\n", res.error);
+    free(res.data);
+    return rc;
+}

@@ -1,0 +1,27 @@
+/* Data-parallel SGD on a linear regression problem generated from a fixed seed. */
+#ifndef HVD_EXAMPLE_TRAIN_SGD_H
+#define HVD_EXAMPLE_TRAIN_SGD_H
+
+#include <stddef.h>
+
+#include "hvd/entry.h"
+
+#define SGD_FEATURES 8
+
+typedef struct sgd_config {
+    int samples; /* size of the generated data set */
+    int batch;   /* global batch size: every step uses the same samples on any rank count */
+    int epochs;
+    double lr;
+} sgd_config;
+
+/* Trains with the runtime already started (hvd_init). On success returns 0 and leaves the
+ * final weights (SGD_FEATURES of them, then the bias) in w and the final mean squared error
+ * in *mse; on failure returns -1 with a sentence in err (err_len bytes). */
+int sgd_train(const sgd_config *cfg, double *w, double *mse, char *err, size_t err_len);
+
+/* The entry point (type hvd_entry_fn). ctx->arg may hold "epochs=N" (text). Leaves the final
+ * weights and MSE as one line of text in out->data. Returns 0, or 1 with out->error. */
+int hvd_example_train_sgd(const hvd_entry_ctx *ctx, hvd_entry_result *out);
+
+#endif

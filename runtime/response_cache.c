@@ -1,0 +1,124 @@
+/* The response cache (HOROVOD_CACHE_CAPACITY).
+ *
+ * Once a name has been negotiated, its agreed parameters are kept in a numbered slot. When a
+ * rank later submits the same name with the same parameters, it only sets that slot's bit in
+ * the cycle's bit vector; a slot set on every rank is ready without a trip to the coordinator.
+ * This only works if slot numbers are identical on every rank, so the cache is changed only
+ * by the engine in response to the globally agreed response order: puts and touches happen in
+ * that order, and eviction is LRU over that order. */
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rt_cache_slot {
+    char *name; /* NULL when free */
+    rt_params p;
+    int prev, next; /* LRU links (or free list via next) */
+    void *user;     /* the engine's pending entry waiting on this slot */
+};
+
+void rt_cache_init(rt_cache *c, int capacity) {
+    c->capacity = capacity > 0 ? capacity : 0;
+    c->slots = c->capacity ? rt_xcalloc((size_t)c->capacity, sizeof *c->slots) : NULL;
+    rt_strmap_init(&c->by_name);
+    c->lru_head = c->lru_tail = -1;
+    c->free_head = c->capacity ? 0 : -1;
+    for (int i = 0; i < c->capacity; i++) {
+        c->slots[i].next = i + 1 < c->capacity ? i + 1 : -1;
+        c->slots[i].prev = -1;
+    }
+}
+
+void rt_cache_free(rt_cache *c) {
+    for (int i = 0; i < c->capacity; i++)
+        free(c->slots[i].name);
+    free(c->slots);
+    rt_strmap_free(&c->by_name);
+    memset(c, 0, sizeof *c);
+}
+
+int rt_cache_lookup(const rt_cache *c, const char *name) {
+    intptr_t v = (intptr_t)rt_strmap_get(&c->by_name, name);
+    return v ? (int)(v - 1) : -1;
+}
+
+const rt_params *rt_cache_params(const rt_cache *c, int slot) {
+    return &c->slots[slot].p;
+}
+
+const char *rt_cache_name(const rt_cache *c, int slot) {
+    return c->slots[slot].name;
+}
+
+static void lru_unlink(rt_cache *c, int s) {
+    struct rt_cache_slot *x = &c->slots[s];
+    if (x->prev >= 0)
+        c->slots[x->prev].next = x->next;
+    else
+        c->lru_head = x->next;
+    if (x->next >= 0)
+        c->slots[x->next].prev = x->prev;
+    else
+        c->lru_tail = x->prev;
+    x->prev = x->next = -1;
+}
+
+static void lru_push_front(rt_cache *c, int s) {
+    struct rt_cache_slot *x = &c->slots[s];
+    x->prev = -1;
+    x->next = c->lru_head;
+    if (c->lru_head >= 0) c->slots[c->lru_head].prev = s;
+    c->lru_head = s;
+    if (c->lru_tail < 0) c->lru_tail = s;
+}
+
+void rt_cache_touch(rt_cache *c, int slot) {
+    if (c->lru_head == slot) return;
+    lru_unlink(c, slot);
+    lru_push_front(c, slot);
+}
+
+void rt_cache_erase(rt_cache *c, int slot) {
+    struct rt_cache_slot *x = &c->slots[slot];
+    if (!x->name) return;
+    rt_strmap_del(&c->by_name, x->name);
+    free(x->name);
+    x->name = NULL;
+    x->user = NULL;
+    lru_unlink(c, slot);
+    x->next = c->free_head;
+    c->free_head = slot;
+}
+
+int rt_cache_put(rt_cache *c, const char *name, const rt_params *p, void **evicted_user) {
+    *evicted_user = NULL;
+    if (c->capacity == 0) return -1;
+    int s = rt_cache_lookup(c, name);
+    if (s >= 0) {
+        c->slots[s].p = *p;
+        rt_cache_touch(c, s);
+        return s;
+    }
+    if (c->free_head < 0) {
+        *evicted_user = c->slots[c->lru_tail].user;
+        rt_cache_erase(c, c->lru_tail);
+    }
+    s = c->free_head;
+    c->free_head = c->slots[s].next;
+    c->slots[s].name = rt_xstrdup(name);
+    c->slots[s].p = *p;
+    c->slots[s].user = NULL;
+    lru_push_front(c, s);
+    rt_strmap_put(&c->by_name, name, (void *)(intptr_t)(s + 1));
+    return s;
+}
+
+void rt_cache_set_user(rt_cache *c, int slot, void *user) {
+    c->slots[slot].user = user;
+}
+
+void *rt_cache_user(const rt_cache *c, int slot) {
+    return c->slots[slot].user;
+}

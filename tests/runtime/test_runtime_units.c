@@ -1,0 +1,281 @@
+/* Unit tests of the runtime's pieces that need no MPI job: f16/bf16 conversion, reduction
+ * and scaling kernels, the string map, the response cache, the negotiation message codec and
+ * the fusion planner. */
+#include "../../runtime/internal.h"
+#include "rt_testlib.h"
+
+static void test_half_conversions(void) {
+    /* Every binary16 value decodes like the independent decoder, and encodes back. */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        double want = tl_f16_decode((uint16_t)h);
+        float got = hvd_f16_to_float((uint16_t)h);
+        if (isnan(want) ? !isnan(got) : (double)got != want) bad++;
+        if (!isnan(want) && hvd_float_to_f16(got) != h) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d binary16 round-trip failures", bad);
+    bad = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        double want = tl_bf16_decode((uint16_t)b);
+        float got = hvd_bf16_to_float((uint16_t)b);
+        if (isnan(want) ? !isnan(got) : (double)got != want) bad++;
+        if (!isnan(want) && hvd_float_to_bf16(got) != b) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d bfloat16 round-trip failures", bad);
+    /* Rounding: ties to even, overflow to infinity, underflow to zero. */
+    CHECK(hvd_float_to_f16(1.0f + 1.0f / 2048) == 0x3c00);      /* tie -> even (down) */
+    CHECK(hvd_float_to_f16(1.0f + 3.0f / 2048) == 0x3c02);      /* tie -> even (up) */
+    CHECK(hvd_float_to_f16(65520.0f) == 0x7c00);                /* rounds to inf */
+    CHECK(hvd_float_to_f16(65519.0f) == 0x7bff);                /* max finite */
+    CHECK(hvd_float_to_f16(1e-9f) == 0);                        /* below half subnormal */
+    CHECK(hvd_float_to_f16(-5.9604644775390625e-8f) == 0x8001); /* smallest subnormal */
+    CHECK(hvd_float_to_bf16(1.0f + 1.0f / 256) == 0x3f80);      /* tie -> even */
+    CHECK(hvd_float_to_bf16(1.0f + 3.0f / 256) == 0x3f82);
+    CHECK(isnan(hvd_bf16_to_float(hvd_float_to_bf16(NAN))));
+    CHECK(isnan(hvd_f16_to_float(hvd_float_to_f16(NAN))));
+    CHECK(hvd_dtype_size(HVD_BFLOAT16) == 2 && hvd_dtype_size((hvd_dtype)99) == 0);
+    CHECK(strcmp(hvd_dtype_name(HVD_FLOAT16), "float16") == 0);
+    CHECK(strcmp(hvd_reduce_op_name(HVD_OP_PRODUCT), "product") == 0);
+}
+
+static void test_reduce_kernels(void) {
+    for (int d = 0; d < HVD_NUM_DTYPES; d++) {
+        hvd_dtype t = all_dtypes[d];
+        for (int op = HVD_OP_SUM; op <= HVD_OP_PRODUCT; op++) {
+            double a[6] = {1, -2, 3, 0, 4, -1}, b[6] = {2, 2, -3, 5, 0.5, -1};
+            if (t == HVD_UINT8)
+                for (int i = 0; i < 6; i++)
+                    a[i] = fabs(a[i]), b[i] = fabs(b[i]);
+            if (!tl_is_float(t)) b[4] = 1;
+            unsigned char x[48], y[48];
+            for (int i = 0; i < 6; i++)
+                tl_set(x, t, i, a[i]), tl_set(y, t, i, b[i]);
+            rt_reduce(x, y, 6, t, (hvd_reduce_op)op);
+            double want[6];
+            for (int i = 0; i < 6; i++) {
+                double p = tl_get(y, t, i), q = a[i];
+                switch (op) {
+                case HVD_OP_MIN:
+                    want[i] = p < q ? p : q;
+                    break;
+                case HVD_OP_MAX:
+                    want[i] = p > q ? p : q;
+                    break;
+                case HVD_OP_PRODUCT:
+                    want[i] = p * q;
+                    break;
+                default:
+                    want[i] = p + q;
+                }
+            }
+            CHECK(tl_check_array(hvd_reduce_op_name((hvd_reduce_op)op), x, t, want, 6));
+        }
+    }
+    /* Integer sums wrap like MPI's instead of invoking undefined behaviour. */
+    int8_t p = 127, q = 1;
+    rt_reduce(&p, &q, 1, HVD_INT8, HVD_OP_SUM);
+    CHECK(p == -128);
+}
+
+static void test_scaling(void) {
+    int32_t v[4] = {7, -7, 2000000000, -3};
+    rt_scale(v, 4, HVD_INT32, 1.5);
+    CHECK(v[0] == 10 && v[1] == -10 && v[2] == 2147483647 && v[3] == -4); /* trunc, saturate */
+    uint8_t u[2] = {200, 3};
+    rt_scale(u, 2, HVD_UINT8, -1.0);
+    CHECK(u[0] == 0 && u[1] == 0);
+    int64_t w[3] = {7, -7, 8};
+    rt_finish_reduction(w, 3, HVD_INT64, HVD_OP_AVERAGE, 2, 1.0);
+    CHECK(w[0] == 3 && w[1] == -3 && w[2] == 4); /* average truncates toward zero */
+    float f[2] = {3, 5};
+    rt_finish_reduction(f, 2, HVD_FLOAT32, HVD_OP_AVERAGE, 4, 2.0);
+    CHECK(f[0] == 1.5f && f[1] == 2.5f);
+    uint16_t h[1] = {hvd_float_to_f16(3.0f)};
+    rt_scale(h, 1, HVD_FLOAT16, 0.5);
+    CHECK(hvd_f16_to_float(h[0]) == 1.5f);
+}
+
+static void test_strmap(void) {
+    rt_strmap m;
+    rt_strmap_init(&m);
+    char key[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        rt_strmap_put(&m, key, (void *)(intptr_t)(i + 1));
+    }
+    CHECK(m.count == 5000);
+    /* Delete every third key; the rest must stay reachable (backward-shift deletion). */
+    for (int i = 0; i < 5000; i += 3) {
+        snprintf(key, sizeof key, "k%d", i);
+        CHECK(rt_strmap_del(&m, key) == (void *)(intptr_t)(i + 1));
+    }
+    int bad = 0;
+    for (int i = 0; i < 5000; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        void *v = rt_strmap_get(&m, key);
+        if (i % 3 == 0 ? v != NULL : v != (void *)(intptr_t)(i + 1)) bad++;
+    }
+    CHECK(bad == 0);
+    size_t pos = 0, n = 0;
+    while (rt_strmap_next(&m, &pos, NULL, NULL) >= 0)
+        n++;
+    CHECK(n == m.count);
+    CHECK(rt_strmap_del(&m, "absent") == NULL);
+    rt_strmap_free(&m);
+}
+
+static rt_params mkp(int64_t count) {
+    rt_params p = {0};
+    p.optype = RT_ALLREDUCE;
+    p.dtype = HVD_FLOAT32;
+    p.count = count;
+    p.row_elems = 1;
+    p.prescale = p.postscale = 1;
+    return p;
+}
+
+static void test_cache(void) {
+    /* Two caches fed the same sequence agree on every slot (what the bit vector relies on),
+     * and eviction is least-recently-used. */
+    rt_cache a, b;
+    rt_cache_init(&a, 3);
+    rt_cache_init(&b, 3);
+    const char *seq[] = {"x", "y", "z", "x", "w", "y", "v"};
+    void *ev;
+    int entry = 42;
+    for (size_t i = 0; i < 7; i++) {
+        int sa = rt_cache_lookup(&a, seq[i]);
+        if (sa >= 0)
+            rt_cache_touch(&a, sa);
+        else
+            sa = rt_cache_put(&a, seq[i], &(rt_params){0}, &ev);
+        int sb = rt_cache_lookup(&b, seq[i]);
+        if (sb >= 0)
+            rt_cache_touch(&b, sb);
+        else
+            sb = rt_cache_put(&b, seq[i], &(rt_params){0}, &ev);
+        CHECK(sa == sb && sa >= 0 && sa < 3);
+    }
+    /* x,y,z -> touch x -> w evicts y (LRU: y) -> y evicts z -> v evicts x */
+    CHECK(rt_cache_lookup(&a, "w") >= 0 && rt_cache_lookup(&a, "y") >= 0 &&
+          rt_cache_lookup(&a, "v") >= 0);
+    CHECK(rt_cache_lookup(&a, "x") < 0 && rt_cache_lookup(&a, "z") < 0);
+    /* The user pointer of an evicted slot comes back to the caller. */
+    int s = rt_cache_lookup(&a, "w");
+    rt_cache_set_user(&a, s, &entry);
+    rt_cache_touch(&a, rt_cache_lookup(&a, "y"));
+    rt_cache_touch(&a, rt_cache_lookup(&a, "v"));
+    rt_params p = mkp(10);
+    int s2 = rt_cache_put(&a, "new", &p, &ev);
+    CHECK(ev == &entry && s2 == s);
+    CHECK(rt_params_equal(rt_cache_params(&a, s2), &p));
+    CHECK(strcmp(rt_cache_name(&a, s2), "new") == 0);
+    rt_cache_erase(&a, s2);
+    CHECK(rt_cache_lookup(&a, "new") < 0);
+    rt_cache_free(&a);
+    rt_cache_free(&b);
+    /* Capacity 0 disables the cache. */
+    rt_cache z;
+    rt_cache_init(&z, 0);
+    CHECK(rt_cache_put(&z, "a", &p, &ev) == -1 && rt_cache_lookup(&z, "a") == -1);
+    rt_cache_free(&z);
+}
+
+static void test_codec(void) {
+    rt_request reqs[3] = {{"grad/w", mkp(7)}, {"grad/b", mkp(0)}, {"x", mkp(1)}};
+    reqs[1].p.optype = RT_BROADCAST;
+    reqs[1].p.root = 3;
+    reqs[2].p.prescale = 0.25;
+    rt_buf b = {0};
+    rt_encode_requests(&b, RT_FLAG_SHUTDOWN, reqs, 3);
+    uint32_t flags;
+    rt_request *got;
+    size_t n;
+    hvd_err err = {0};
+    CHECK(rt_decode_requests(b.data, b.len, &flags, &got, &n, &err) == 0);
+    CHECK(flags == RT_FLAG_SHUTDOWN && n == 3);
+    for (size_t i = 0; i < n && i < 3; i++) {
+        CHECK(strcmp(got[i].name, reqs[i].name) == 0);
+        CHECK(rt_params_equal(&got[i].p, &reqs[i].p));
+    }
+    free(got);
+    /* Every truncation is rejected, as is a byte flipped into an invalid type. */
+    int accepted = 0;
+    for (size_t cut = 0; cut < b.len; cut++)
+        if (rt_decode_requests(b.data, cut, &flags, &got, &n, &err) == 0) accepted++, free(got);
+    CHECK(accepted == 0);
+    /* header 9 bytes, name length 2, "grad/w" and its NUL 7, optype 1, then dtype */
+    b.data[9 + 2 + 7 + 1] = 200;
+    CHECK(rt_decode_requests(b.data, b.len, &flags, &got, &n, &err) == -1);
+    /* A count claiming more requests than the bytes can hold is refused before allocating. */
+    uint8_t huge[9] = {1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f};
+    CHECK(rt_decode_requests(huge, sizeof huge, &flags, &got, &n, &err) == -1);
+
+    rt_response_list l = {0}, back = {0};
+    rt_params p = mkp(5);
+    rt_responses_push(&l, "a", &p, NULL, 0);
+    rt_responses_push(&l, "b", NULL, "tensor 'b' mismatched", HVD_E_INVALID);
+    rt_encode_responses(&b, &l);
+    CHECK(rt_decode_responses(b.data, b.len, &back, &err) == 0);
+    CHECK(back.n == 2);
+    if (back.n == 2) {
+        CHECK(strcmp(back.v[0].name, "a") == 0 && !back.v[0].error &&
+              rt_params_equal(&back.v[0].p, &p));
+        CHECK(strcmp(back.v[1].error, "tensor 'b' mismatched") == 0 &&
+              back.v[1].code == HVD_E_INVALID);
+    }
+    rt_responses_free(&back);
+    CHECK(rt_decode_responses(b.data, b.len - 1, &back, &err) == -1);
+    rt_responses_free(&back);
+    rt_responses_free(&l);
+    rt_buf_free(&b);
+}
+
+static void test_fusion_plan(void) {
+    /* 10 float32 allreduces of 100 elements (400 B), a broadcast in the middle, two int32
+     * allreduces and one too big to fuse; threshold 1000 B fits 2 float tensors per group. */
+    rt_entry e[14];
+    rt_entry *v[14];
+    memset(e, 0, sizeof e);
+    for (int i = 0; i < 14; i++) {
+        e[i].p = mkp(100);
+        v[i] = &e[i];
+    }
+    e[5].p.optype = RT_BROADCAST;
+    e[11].p.dtype = e[12].p.dtype = HVD_INT32;
+    e[13].p.count = 1000;
+    rt_group_list gl = {0};
+    rt_fusion_plan(v, 14, 1000, &gl);
+    size_t members = 0;
+    int fused = 0;
+    for (size_t i = 0; i < gl.n; i++) {
+        members += gl.v[i].n;
+        if (gl.v[i].n > 1) fused++;
+        int64_t bytes = 0;
+        for (size_t k = 0; k < gl.v[i].n; k++) {
+            bytes += gl.v[i].entries[k]->p.count * 4;
+            CHECK(gl.v[i].entries[k]->p.dtype == gl.v[i].p.dtype);
+        }
+        CHECK(gl.v[i].n == 1 || bytes <= 1000);
+    }
+    CHECK(members == 14);
+    /* float32 x100: e[0..4] and e[6..10], ten of them, two per group */
+    CHECK(gl.n == 5 /* float pairs */ + 1 /* bcast */ + 1 /* int32 pair */ + 1 /* big */);
+    CHECK(fused == 6);
+    rt_group_list_free(&gl);
+    /* Threshold 0 disables fusion. */
+    rt_fusion_plan(v, 14, 0, &gl);
+    CHECK(gl.n == 14);
+    rt_group_list_free(&gl);
+}
+
+int main(void) {
+    RUN(test_half_conversions);
+    RUN(test_reduce_kernels);
+    RUN(test_scaling);
+    RUN(test_strmap);
+    RUN(test_cache);
+    RUN(test_codec);
+    RUN(test_fusion_plan);
+    return test_finish();
+}
