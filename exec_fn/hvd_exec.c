@@ -1,0 +1,359 @@
+/* hvd-exec (also installed as mpirun_exec_fn): the rank bootstrap that orted starts once per
+ * rank (DESIGN.md section 2, step 7).
+ *
+ * It tells the driver (host hash, local rank, rank) and learns which task it represents,
+ * takes that task's GPUs, changes into the executor's work dir, fetches the entry point from
+ * the driver and runs it: a program (argv), or a shared object shipped as bytes and loaded
+ * from memory. The rank's status, result bytes and error text go to the driver and to the
+ * rank's task service. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hvd/entry.h"
+#include "hvd/proto.h"
+#include "hvd/rpc.h"
+
+static const char USAGE[] =
+    "usage: hvd-exec\n"
+    "\n"
+    "The rank bootstrap of hvd-bridge: mpirun's orted starts it once per rank, as in\n"
+    "  mpirun -H <host hashes> -mca plm_rsh_agent hvd-rsh ... hvd-exec\n"
+    "It asks the driver which task service this rank stands for, takes that task's GPUs,\n"
+    "changes into the executor's work dir, fetches the job's entry point from the driver and\n"
+    "runs it:\n"
+    "  a program: run with the rank in its environment; its exit status is the rank's;\n"
+    "  a shared object: loaded from memory (the executor needs no copy of the file) and its\n"
+    "    hvd_entry_fn called (include/hvd/entry.h).\n"
+    "The rank's status, result bytes and error text are reported to the driver and to the\n"
+    "rank's task service. hvd-exec dies with its parent.\n"
+    "\n"
+    "Environment read:\n"
+    "  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (or HOROVOD_RANK, HOROVOD_SIZE,\n"
+    "  HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE); HOROVOD_HOSTNAME (the host hash);\n"
+    "  HOROVOD_SPARK_WORK_DIR; HVD_DRIVER_ADDRS; HVD_SECRET or HVD_SECRET_FILE.\n"
+    "Environment given to a program entry point, besides its own:\n"
+    "  HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE, HVD_TASK_INDEX,\n"
+    "  HVD_GPUS (comma-separated GPU ids of the rank's task, maybe empty).\n"
+    "\n"
+    "Exit status: the entry point's status (0-255); 1 if hvd-exec itself failed, with a\n"
+    "one-line reason on stderr.\n";
+
+/* What this rank is. */
+typedef struct rank_info {
+    int rank, size, local_rank, local_size;
+    const char *host_hash;
+    uint32_t index;
+    hvd_task_info task;
+} rank_info;
+
+static int env_int(const char *a, const char *b, int *out) {
+    const char *v = getenv(a);
+    if (!v || !*v) v = b ? getenv(b) : NULL;
+    if (!v || !*v) return -1;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 0 || n > 1 << 30) return -1;
+    *out = (int)n;
+    return 0;
+}
+
+static int fail(const char *fmt, const char *what) {
+    fprintf(stderr, "hvd-exec: ");
+    fprintf(stderr, fmt, what);
+    fputc('\n', stderr);
+    return 1;
+}
+
+/* ---- Running a program ------------------------------------------------------------------ */
+
+static pid_t child_pid = -1;
+
+static void forward_signal(int sig) {
+    if (child_pid > 0) kill(child_pid, sig);
+}
+
+/* Keeps the last bytes written to stderr so a failure can quote them. */
+typedef struct tail {
+    char buf[1024];
+    size_t len;
+} tail;
+
+static void tail_add(tail *t, const char *p, size_t n) {
+    if (n >= sizeof t->buf) {
+        memcpy(t->buf, p + n - sizeof t->buf, sizeof t->buf);
+        t->len = sizeof t->buf;
+        return;
+    }
+    if (t->len + n > sizeof t->buf) {
+        size_t drop = t->len + n - sizeof t->buf;
+        memmove(t->buf, t->buf + drop, t->len - drop);
+        t->len -= drop;
+    }
+    memcpy(t->buf + t->len, p, n);
+    t->len += n;
+}
+
+/* The last non-empty line of the tail, trimmed, into out. */
+static void tail_last_line(const tail *t, char *out, size_t cap) {
+    size_t end = t->len;
+    while (end > 0 && (t->buf[end - 1] == '\n' || t->buf[end - 1] == '\r'))
+        end--;
+    size_t start = end;
+    while (start > 0 && t->buf[start - 1] != '\n' && t->buf[start - 1] != '\r')
+        start--;
+    size_t n = end - start < cap - 1 ? end - start : cap - 1;
+    memcpy(out, t->buf + start, n);
+    out[n] = '\0';
+}
+
+static void set_env_int(const char *name, int v) {
+    char buf[16];
+    snprintf(buf, sizeof buf, "%d", v);
+    setenv(name, buf, 1);
+}
+
+static int run_program(const rank_info *ri, const hvd_code_msg *code, int *status, char *error,
+                       size_t error_cap) {
+    set_env_int("HOROVOD_RANK", ri->rank);
+    set_env_int("HOROVOD_SIZE", ri->size);
+    set_env_int("HOROVOD_LOCAL_RANK", ri->local_rank);
+    set_env_int("HOROVOD_LOCAL_SIZE", ri->local_size);
+    set_env_int(HVD_TASK_INDEX_ENV, (int)ri->index);
+    char gpus[256] = "";
+    for (size_t i = 0; i < ri->task.gpus.n; i++) {
+        size_t used = strlen(gpus);
+        snprintf(gpus + used, sizeof gpus - used, "%s%s", i ? "," : "", ri->task.gpus.v[i]);
+    }
+    setenv("HVD_GPUS", gpus, 1);
+
+    int errp[2];
+    if (pipe2(errp, O_CLOEXEC) != 0) return fail("cannot create a pipe: %s", strerror(errno));
+    pid_t parent = getpid();
+    child_pid = fork();
+    if (child_pid < 0) return fail("cannot fork: %s", strerror(errno));
+    if (child_pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(137);
+        dup2(errp[1], STDERR_FILENO);
+        execvp(code->argv.v[0], code->argv.v);
+        fprintf(stderr, "cannot run %s: %s\n", code->argv.v[0], strerror(errno));
+        _exit(127);
+    }
+    close(errp[1]);
+    struct sigaction sa = {.sa_handler = forward_signal};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    /* Pass stderr through as it comes, keeping its tail for the error text. */
+    tail t = {.len = 0};
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(errp[0], buf, sizeof buf);
+        if (n > 0) {
+            (void)!write(STDERR_FILENO, buf, (size_t)n);
+            tail_add(&t, buf, (size_t)n);
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else {
+            break;
+        }
+    }
+    close(errp[0]);
+    int ws;
+    while (waitpid(child_pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    if (*status != 0) {
+        char last[512];
+        tail_last_line(&t, last, sizeof last);
+        if (WIFSIGNALED(ws))
+            snprintf(error, error_cap, "%s was killed by signal %d%s%s", code->argv.v[0],
+                     WTERMSIG(ws), *last ? ": " : "", last);
+        else
+            snprintf(error, error_cap, "%s exited with status %d%s%s", code->argv.v[0], *status,
+                     *last ? ": " : "", last);
+    }
+    return 0;
+}
+
+/* ---- Running a shared object ------------------------------------------------------------- */
+
+static int run_object(const rank_info *ri, const hvd_code_msg *code, int *status,
+                      hvd_entry_result *res) {
+    int fd = memfd_create("hvd-entry", MFD_CLOEXEC);
+    if (fd < 0) {
+        snprintf(res->error, sizeof res->error, "memfd_create: %s", strerror(errno));
+        return -1;
+    }
+    size_t off = 0;
+    while (off < code->object.len) {
+        ssize_t n = write(fd, code->object.data + off, code->object.len - off);
+        if (n <= 0) {
+            snprintf(res->error, sizeof res->error, "writing the entry point to memory: %s",
+                     strerror(errno));
+            close(fd);
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(res->error, sizeof res->error, "cannot load the entry point: %s", dlerror());
+        close(fd);
+        return -1;
+    }
+    hvd_entry_fn fn;
+    *(void **)&fn = dlsym(h, code->symbol);
+    if (!fn) {
+        snprintf(res->error, sizeof res->error, "the entry point has no symbol %s: %s",
+                 code->symbol, dlerror());
+        close(fd);
+        return -1;
+    }
+    const char **gpus = calloc(ri->task.gpus.n + 1, sizeof *gpus);
+    for (size_t i = 0; i < ri->task.gpus.n; i++)
+        gpus[i] = ri->task.gpus.v[i];
+    static const uint8_t empty[1];
+    hvd_entry_ctx ctx = {.abi_version = HVD_ENTRY_ABI_VERSION,
+                         .rank = ri->rank,
+                         .size = ri->size,
+                         .local_rank = ri->local_rank,
+                         .local_size = ri->local_size,
+                         .task_index = (int)ri->index,
+                         .arg = code->arg.len ? code->arg.data : empty,
+                         .arg_len = code->arg.len,
+                         .gpus = gpus,
+                         .ngpus = ri->task.gpus.n};
+    *status = fn(&ctx, res);
+    if (*status != 0 && !res->error[0])
+        snprintf(res->error, sizeof res->error, "%s returned %d", code->symbol, *status);
+    if (*status == 0) res->error[0] = '\0';
+    free(gpus);
+    /* The library stays loaded: its destructors may belong to runtimes still in use. */
+    return 0;
+}
+
+/* ---- Reporting ----------------------------------------------------------------------------- */
+
+static void report(const rank_info *ri, int status, const uint8_t *data, size_t len,
+                   const char *error) {
+    hvd_result_msg r = {.rank = ri->rank,
+                        .index = ri->index,
+                        .present = true,
+                        .status = status,
+                        .result = {(uint8_t *)data, len},
+                        .error = error && *error ? (char *)error : NULL};
+    hvd_err err;
+    hvd_secret secret;
+    hvd_client *driver = hvd_driver_connect_env(&secret, &err);
+    if (!driver) {
+        fprintf(stderr, "hvd-exec: rank %d: cannot report the result to the driver: %s\n", ri->rank,
+                err.msg);
+        return;
+    }
+    if (hvd_client_call(driver, &hvd_report_result_desc, &r, &hvd_ack_desc, NULL, 0, HVD_CALL_RETRY,
+                        &err) != 0)
+        fprintf(stderr, "hvd-exec: rank %d: the driver did not take the result: %s\n", ri->rank,
+                err.msg);
+    hvd_client *task = hvd_task_connect(driver, &secret, ri->index, &err);
+    if (!task || hvd_client_call(task, &hvd_register_result_desc, &r, &hvd_ack_desc, NULL, 0,
+                                 HVD_CALL_RETRY, &err) != 0)
+        fprintf(stderr, "hvd-exec: rank %d: task %u did not take the result: %s\n", ri->rank,
+                ri->index, err.msg);
+    hvd_client_close(task);
+    hvd_client_close(driver);
+    hvd_secret_wipe(&secret);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+            fputs(USAGE, stdout);
+            return 0;
+        }
+        return fail("unexpected argument %s (hvd-exec takes none; see --help)", argv[1]);
+    }
+    /* Die with orted: the parent death signal, and a check that it has not died already. */
+    pid_t parent = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) return 1;
+
+    rank_info ri = {0};
+    if (env_int("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", &ri.rank) != 0)
+        return fail("%s is not set: hvd-exec must be started by mpirun (or with HOROVOD_RANK)",
+                    "OMPI_COMM_WORLD_RANK");
+    if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", &ri.local_rank) != 0)
+        return fail("%s is not set", "OMPI_COMM_WORLD_LOCAL_RANK (or HOROVOD_LOCAL_RANK)");
+    if (env_int("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", &ri.size) != 0) ri.size = 0;
+    if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", &ri.local_size) != 0)
+        ri.local_size = 0;
+    ri.host_hash = getenv(HVD_HOSTNAME_ENV);
+    if (!ri.host_hash || !*ri.host_hash)
+        return fail("%s is not set: hvd-exec must run under a task service's orted",
+                    HVD_HOSTNAME_ENV);
+
+    hvd_err err;
+    hvd_client *driver = hvd_driver_connect_env(NULL, &err);
+    if (!driver) return fail("%s", err.msg);
+    hvd_local_rank_msg lr = {.host_hash = (char *)ri.host_hash,
+                             .local_rank = (uint32_t)ri.local_rank,
+                             .rank = (uint32_t)ri.rank};
+    hvd_index_msg idx;
+    hvd_index_msg iq;
+    hvd_code_msg code;
+    if (hvd_client_call(driver, &hvd_set_local_rank_desc, &lr, &hvd_index_desc, &idx, 0,
+                        HVD_CALL_RETRY, &err) != 0) {
+        hvd_client_close(driver);
+        return fail("%s", err.msg);
+    }
+    ri.index = idx.index;
+    iq.index = ri.index;
+    if (hvd_client_call(driver, &hvd_task_info_req_desc, &iq, &hvd_task_info_desc, &ri.task, 0,
+                        HVD_CALL_RETRY, &err) != 0 ||
+        hvd_client_call(driver, &hvd_code_req_desc, NULL, &hvd_code_desc, &code, 0, HVD_CALL_RETRY,
+                        &err) != 0) {
+        hvd_client_close(driver);
+        return fail("%s", err.msg);
+    }
+    hvd_client_close(driver); /* the entry point may run for days: reconnect to report */
+
+    /* The executor's work dir: orted starts ranks in mpirun's directory. */
+    const char *wd = getenv(HVD_WORK_DIR_ENV);
+    if (!wd || !*wd) wd = ri.task.work_dir;
+    if (wd && *wd && chdir(wd) != 0)
+        fprintf(stderr, "hvd-exec: rank %d: cannot change into %s: %s\n", ri.rank, wd,
+                strerror(errno));
+
+    int status = 1;
+    hvd_entry_result res = {.data = NULL};
+    if (code.kind == HVD_CODE_ARGV && code.argv.n > 0) {
+        if (run_program(&ri, &code, &status, res.error, sizeof res.error) != 0) {
+            status = 1;
+            snprintf(res.error, sizeof res.error, "hvd-exec could not start %s", code.argv.v[0]);
+        }
+    } else if (code.kind == HVD_CODE_SHARED_OBJECT && code.symbol) {
+        if (run_object(&ri, &code, &status, &res) != 0) status = 127;
+    } else {
+        snprintf(res.error, sizeof res.error, "the driver sent an empty entry point (kind %u)",
+                 code.kind);
+    }
+    if (status != 0) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
+    report(&ri, status, res.data, res.len, res.error);
+    free(res.data);
+    hvd_msg_free(&hvd_code_desc, &code);
+    hvd_msg_free(&hvd_task_info_desc, &ri.task);
+    return status > 255 ? 255 : status;
+}
