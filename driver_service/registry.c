@@ -148,10 +148,18 @@ static int cand_find(const drv_registry *r, const char *name) {
     return -1;
 }
 
+/* Only IPv4 addresses make an interface usable: Open MPI's TCP transports (btl and oob, as
+ * configured by the launcher) and Horovod work over IPv4, and an interface that has only an
+ * IPv6 link-local address (bridges, veths) reaches every peer on one machine yet carries no
+ * MPI traffic. */
+static bool is_ipv4(const hvd_addr *a) {
+    return strchr(a->host, ':') == NULL;
+}
+
 static bool declares(const hvd_task_info *t, const char *ifname) {
     const hvd_addr *a = t->addrs.v;
     for (size_t x = 0; x < t->addrs.n; x++)
-        if (strcmp(a[x].ifname, ifname) == 0) return true;
+        if (is_ipv4(&a[x]) && strcmp(a[x].ifname, ifname) == 0) return true;
     return false;
 }
 
@@ -220,7 +228,7 @@ int drv_reg_set_cand(drv_registry *r, bool *truncated) {
     const hvd_addr *a = t0->addrs.v;
     for (size_t x = 0; x < t0->addrs.n; x++) {
         const char *name = a[x].ifname;
-        if (!name[0] || cand_find(r, name) >= 0) continue;
+        if (!name[0] || !is_ipv4(&a[x]) || cand_find(r, name) >= 0) continue;
         bool everywhere = true;
         for (uint32_t j = 1; j < r->n && everywhere; j++)
             everywhere = declares(&r->tasks[j].info, name);
@@ -241,6 +249,7 @@ int drv_reg_put_reach(drv_registry *r, const hvd_reachable_msg *m) {
     for (size_t k = 0; k < m->reach.n; k++) {
         const hvd_addr *a = e[k].addrs.v;
         for (size_t x = 0; x < e[k].addrs.n; x++) {
+            if (!is_ipv4(&a[x])) continue;
             int c = cand_find(r, a[x].ifname);
             if (c >= 0) row[e[k].to] |= (uint64_t)1 << c;
         }

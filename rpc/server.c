@@ -979,6 +979,10 @@ static void call_done(hvd_call *call) {
 int hvd_call_reply(hvd_call *call, const hvd_msg_desc *desc, const void *msg) {
     if (call->answered) return -1;
     int rc = 0;
+    /* A failed send closes the connection, which frees the calls it cancels: keep this one
+     * alive through the send as if its handler were running. */
+    bool was = call->in_handler;
+    call->in_handler = true;
     if (call->c) {
         rc = conn_send(call->c, HVD_KIND_REPLY, desc->type, call->id, desc, msg);
         if (rc == -2) {
@@ -988,6 +992,7 @@ int hvd_call_reply(hvd_call *call, const hvd_msg_desc *desc, const void *msg) {
             rc = 0;
         }
     }
+    call->in_handler = was;
     call_done(call);
     return rc;
 }
@@ -995,6 +1000,8 @@ int hvd_call_reply(hvd_call *call, const hvd_msg_desc *desc, const void *msg) {
 void hvd_call_fail(hvd_call *call, int code, const char *fmt, ...) {
     if (call->answered) return;
     if (code == HVD_E_PROTOCOL) COUNT(call->srv, malformed);
+    bool was = call->in_handler;
+    call->in_handler = true; /* see hvd_call_reply */
     if (call->c) {
         char msg[HVD_ERR_MAX];
         va_list ap;
@@ -1003,6 +1010,7 @@ void hvd_call_fail(hvd_call *call, int code, const char *fmt, ...) {
         va_end(ap);
         send_error(call->c, call->id, code, msg);
     }
+    call->in_handler = was;
     call_done(call);
 }
 
