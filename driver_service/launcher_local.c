@@ -70,14 +70,12 @@ int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *d
                 if (getppid() != parent) _exit(1);
                 setenv("HVD_HOST_HASH", hash, 1);
                 setenv("TMPDIR", tmp, 1);
-                /* Open MPI's shared-memory BTL names its files in /dev/shm after the real
-                 * hostname, the job id and the local rank: fake hosts of one machine would
-                 * share them and crash. Each fake host gets its own directory. */
-                setenv("OMPI_MCA_btl_vader_backing_directory", tmp, 1);
+
                 if (chdir(work) != 0) _exit(1);
                 const char *level = o->verbose ? "info" : "warn";
+                /* The job is over when the driver shuts tasks down: no need to linger. */
                 execl(task_bin, "hvd-task", "--index", index, "--start-timeout", start_timeout,
-                      "--log-level", level, (char *)NULL);
+                      "--min-lifetime", "1", "--log-level", level, (char *)NULL);
                 fprintf(stderr, "hvd-driver: cannot run %s: %s\n", task_bin, strerror(errno));
                 _exit(127);
             }

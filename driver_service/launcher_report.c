@@ -59,6 +59,22 @@ static int write_json(const char *path, const hvd_rank_result *r, size_t n, int 
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* The result bytes as one short line when they are printable text, else their size. */
+static void printable_result(const hvd_rank_result *r, char *out, size_t cap) {
+    size_t n = r->len;
+    while (n > 0 && (r->data[n - 1] == '\n' || r->data[n - 1] == '\r')) n--;
+    bool text = true;
+    for (size_t i = 0; i < n && text; i++) text = r->data[i] >= 0x20 && r->data[i] < 0x7f;
+    if (n == 0)
+        out[0] = '\0';
+    else if (!text)
+        snprintf(out, cap, "(%zu bytes)", r->len);
+    else if (n < cap)
+        snprintf(out, cap, "%.*s", (int)n, (const char *)r->data);
+    else
+        snprintf(out, cap, "%.*s...", (int)(cap - 4), (const char *)r->data);
+}
+
 int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool timed_out) {
     hvd_rank_result *r = NULL;
     size_t n = 0;
@@ -68,7 +84,7 @@ int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool 
         return mpirun_status ? mpirun_status : 1;
     }
     fprintf(stderr, "hvd-driver: %-5s %-5s %-40s %-7s %s\n", "rank", "task", "host hash", "status",
-            "error");
+            "error, or result");
     const hvd_rank_result *first_bad = NULL;
     for (size_t i = 0; i < n; i++) {
         char st[16];
@@ -76,9 +92,11 @@ int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool 
             snprintf(st, sizeof st, "%d", r[i].status);
         else
             snprintf(st, sizeof st, "-");
+        char shown[128];
+        printable_result(&r[i], shown, sizeof shown);
         fprintf(stderr, "hvd-driver: %-5d %-5u %-40s %-7s %s\n", r[i].rank, r[i].index,
                 r[i].host_hash ? r[i].host_hash : "?", st,
-                r[i].error ? r[i].error : (r[i].present ? "" : "(no result reported)"));
+                r[i].error ? r[i].error : (r[i].present ? shown : "(no result reported)"));
         if (!first_bad && (!r[i].present || r[i].status != 0)) first_bad = &r[i];
     }
     if (o->results_json && write_json(o->results_json, r, n, mpirun_status) != 0)

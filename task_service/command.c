@@ -10,7 +10,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -98,19 +97,6 @@ static atomic_int force_fallbacks;
 
 void hvd_command_force_fallbacks(int on) {
     atomic_store(&force_fallbacks, on);
-}
-
-/* Fills err like hvd_err_set (written here directly so that this library does not depend on
- * libhvd_rpc). Returns -1. */
-__attribute__((format(printf, 3, 4))) static int set_err(hvd_err *err, int code, const char *fmt,
-                                                         ...) {
-    if (!err) return -1;
-    err->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 static int64_t now_ms(void) {
@@ -569,14 +555,14 @@ static int await_shell(hvd_command *c, hvd_err *err) {
         return 0;
     }
     if (n == (ssize_t)sizeof m && m.tag == MSG_FAIL) {
-        set_err(err, HVD_E_INTERNAL,
-                "cannot start the command: its keeper process could not %s: %s", step_name(m.value),
-                strerror(m.err));
+        hvd_err_set(err, HVD_E_INTERNAL,
+                    "cannot start the command: its keeper process could not %s: %s",
+                    step_name(m.value), strerror(m.err));
     } else {
-        set_err(err, HVD_E_INTERNAL,
-                "cannot start the command: its keeper process (pid %d) %s before starting "
-                "/bin/sh",
-                (int)c->keeper, n == 0 ? "exited" : "did not answer");
+        hvd_err_set(err, HVD_E_INTERNAL,
+                    "cannot start the command: its keeper process (pid %d) %s before starting "
+                    "/bin/sh",
+                    (int)c->keeper, n == 0 ? "exited" : "did not answer");
         kill(c->keeper, SIGKILL);
     }
     while (waitpid(c->keeper, NULL, 0) < 0 && errno == EINTR) {
@@ -586,12 +572,12 @@ static int await_shell(hvd_command *c, hvd_err *err) {
 
 hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err) {
     if (!spec || !spec->command) {
-        set_err(err, HVD_E_INVALID, "cannot start a command: no command line given");
+        hvd_err_set(err, HVD_E_INVALID, "cannot start a command: no command line given");
         return NULL;
     }
     if (spec->grace_ms < 0) {
-        set_err(err, HVD_E_INVALID, "cannot start a command: negative grace period %d ms",
-                spec->grace_ms);
+        hvd_err_set(err, HVD_E_INVALID, "cannot start a command: negative grace period %d ms",
+                    spec->grace_ms);
         return NULL;
     }
     if (spec->cwd) {
@@ -602,8 +588,8 @@ hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err) {
         else if (!S_ISDIR(st.st_mode))
             why = "not a directory";
         if (why) {
-            set_err(err, HVD_E_INVALID, "cannot start the command in working directory '%s': %s",
-                    spec->cwd, why);
+            hvd_err_set(err, HVD_E_INVALID,
+                        "cannot start the command in working directory '%s': %s", spec->cwd, why);
             return NULL;
         }
     }
@@ -614,7 +600,7 @@ hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err) {
     struct keeper *k = malloc(sizeof *k);
     int sv[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, done[2] = {-1, -1};
     if (!c || !k) {
-        set_err(err, HVD_E_INTERNAL, "cannot start the command: out of memory");
+        hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: out of memory");
         goto fail;
     }
     c->ctl = c->out_fd = c->err_fd = c->exit_fd = -1;
@@ -622,8 +608,8 @@ hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err) {
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 ||
         pipe2(out, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
         (!use_pidfd && pipe2(done, O_CLOEXEC) != 0)) {
-        set_err(err, HVD_E_INTERNAL, "cannot start the command: creating pipes failed: %s",
-                strerror(errno));
+        hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: creating pipes failed: %s",
+                    strerror(errno));
         goto fail;
     }
 
@@ -657,8 +643,8 @@ hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err) {
     close_fd(&errp[1]);
     close_fd(&done[1]);
     if (pid < 0) {
-        set_err(err, HVD_E_INTERNAL, "cannot start the command: fork failed: %s",
-                strerror(fork_errno));
+        hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: fork failed: %s",
+                    strerror(fork_errno));
         goto fail;
     }
     c->keeper = pid;
@@ -675,7 +661,7 @@ hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err) {
     }
     if (c->exit_fd < 0 || set_nonblock(c->out_fd) != 0 || set_nonblock(c->err_fd) != 0 ||
         (!c->exit_pidfd && set_nonblock(c->exit_fd) != 0)) {
-        set_err(err, HVD_E_INTERNAL, "cannot start the command: %s", strerror(errno));
+        hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: %s", strerror(errno));
         close_fd(&c->ctl); /* the keeper sees the lifeline cut and aborts */
         while (waitpid(c->keeper, NULL, 0) < 0 && errno == EINTR) {
         }

@@ -1,24 +1,11 @@
 /* Building the command's environment: see env.h. */
 #include "env.h"
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Fills err like hvd_err_set (written here directly so that this library does not depend on
- * libhvd_rpc). */
-__attribute__((format(printf, 3, 4))) static void set_err(hvd_err *err, int code, const char *fmt,
-                                                          ...) {
-    if (!err) return;
-    err->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-}
 
 /* Whether entry ("NAME=VALUE" or a bare "NAME") is a variable called name[0..len). */
 static bool entry_is(const char *entry, const char *name, size_t len) {
@@ -50,10 +37,10 @@ char **hvd_env_build(char *const *base, const hvd_env_change *changes, size_t n_
     for (size_t i = 0; i < n_changes; i++) {
         const char *name = changes[i].name;
         if (!name || !*name || strchr(name, '=')) {
-            set_err(err, HVD_E_INVALID,
-                    "invalid environment variable name '%s': it must be non-empty and "
-                    "contain no '='",
-                    name ? name : "(null)");
+            hvd_err_set(err, HVD_E_INVALID,
+                        "invalid environment variable name '%s': it must be non-empty and "
+                        "contain no '='",
+                        name ? name : "(null)");
             return NULL;
         }
     }
@@ -123,7 +110,7 @@ char **hvd_env_build(char *const *base, const hvd_env_change *changes, size_t n_
     return envp;
 
 oom:
-    set_err(err, HVD_E_INTERNAL, "cannot build the command's environment: out of memory");
+    hvd_err_set(err, HVD_E_INTERNAL, "cannot build the command's environment: out of memory");
     return NULL;
 }
 

@@ -22,6 +22,10 @@ typedef struct hvd_task hvd_task;
 
 /* Log levels for hvd_task_log_fn. */
 enum { HVD_LOG_ERROR = 0, HVD_LOG_WARN = 1, HVD_LOG_INFO = 2, HVD_LOG_DEBUG = 3 };
+/* Receives one line per event (no newline). Called from any of the service's threads, its
+ * event loop included: it must be thread-safe and must not block for long. Never carries the
+ * job secret; at debug level the command's environment changes are logged with the values
+ * of variables whose name contains "SECRET" hidden. */
 typedef void (*hvd_task_log_fn)(void *user, int level, const char *line);
 
 typedef struct hvd_task_config {
@@ -35,28 +39,42 @@ typedef struct hvd_task_config {
     const char *work_dir;    /* NULL: the current directory */
     char *const *base_env;   /* the command's base environment; NULL: environ */
     const char *const *nics; /* interfaces to advertise; NULL: all */
-    int start_timeout_ms;    /* registration and command start; 0: 600000 */
-    int grace_ms;            /* abort: SIGTERM -> SIGKILL; 0: 5000 */
-    int min_lifetime_ms;     /* exit code still answered this long after the end; 0: 3000 */
+    int start_timeout_ms;    /* budget of each start-up step: registering with the driver,
+                                the registration-complete notice, and (first task of a host)
+                                the command's arrival; <= 0: 600000 */
+    int grace_ms;            /* abort: SIGTERM -> SIGKILL; <= 0: 5000 */
+    int min_lifetime_ms;     /* exit code still answered this long after the end (by
+                                hvd_task_stop); 0: 3000; < 0: none */
     hvd_task_log_fn log;     /* NULL: none */
     void *log_user;
     int log_level; /* lines above this level are not passed to log */
 } hvd_task_config;
 
-/* Starts the task service and registers it with the driver (retrying until the driver
- * answers or the start timeout passes). Returns NULL with err. */
+/* Starts the task service and registers it with the driver (retrying with backoff while the
+ * driver cannot be reached, until the start timeout passes; an error answer from the driver,
+ * or a handshake that fails on the secret, ends it at once). The strings and arrays of cfg
+ * are copied. Returns NULL with err, which names the driver addresses tried. */
 hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err);
 
-/* Runs the rest of the task's life on the calling thread: waits for the driver's
- * registration-complete notice, probes the other tasks and reports what it reached; then,
- * as the first task of its host, waits for the command to start (start timeout) and to end;
- * as a sibling, waits for the first task's command to end. Returns 0 with the exit code (a
- * sibling gets the first task's), or -1 with err (timeouts name what was awaited). Ends early
- * (aborting the command) when the driver shuts tasks down or goes away, or on
- * hvd_task_abort. */
+/* Runs the rest of the task's life on the calling thread (call it once): waits for the
+ * driver's registration-complete notice (the probing of the other tasks runs on its own
+ * thread); then, as the first task of its host, waits for the command to start (start
+ * timeout) and to end; as a sibling, waits for the first task's command to end (a WAIT_EXIT
+ * long-poll). Returns 0 with the exit code (a sibling gets the first task's), or -1 with err:
+ *   HVD_E_TIMEOUT   a start-up step timed out (the message names what was awaited);
+ *   HVD_E_SHUTDOWN  hvd_task_abort, or the driver shut the job down (WAIT_SHUTDOWN answered);
+ *   HVD_E_IO        the driver went away, or the first task of the host was lost;
+ *   HVD_E_STATE     an ABORT request came before any command.
+ * On those ends the command is aborted (SIGTERM, SIGKILL after the grace period) and run
+ * returns once it is gone; a sibling asks its first task to abort (its ranks could no longer
+ * report). A driver shutdown is also how every job ends, so the command (or, for a sibling,
+ * the first task's answer) gets a moment (1 s) to end by itself first: if it does, run
+ * returns its exit code as usual. */
 int hvd_task_run(hvd_task *t, int *exit_code, hvd_err *err);
 
-/* Asks hvd_task_run to abort the command and return. Any thread. */
+/* Asks hvd_task_run to abort the command and return. Any thread, any time before
+ * hvd_task_stop: before hvd_task_run it makes run return at once; with no command yet,
+ * later RUN_COMMAND requests are refused. */
 void hvd_task_abort(hvd_task *t);
 
 /* The result registered for this task's rank, if any (free with
@@ -66,8 +84,12 @@ int hvd_task_result(hvd_task *t, hvd_result_msg *out);
 /* The task service's port. */
 uint16_t hvd_task_port(const hvd_task *t);
 
-/* Stops the service (after answering pending exit-code long-polls for up to the minimum
- * lifetime), kills any command still running, and frees everything. NULL is ignored. */
+/* Stops the service: aborts a command still running and waits for its end (up to the grace
+ * period and 5 s more), keeps answering exit-code requests until the minimum lifetime after
+ * the end has passed, answers the calls still held (with the exit code, or an
+ * HVD_E_SHUTDOWN error), stops the server, kills whatever still runs, and frees everything.
+ * Must not run while hvd_task_run does (call hvd_task_abort and let run return first). NULL
+ * is ignored. */
 void hvd_task_stop(hvd_task *t);
 
 #endif

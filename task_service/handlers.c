@@ -1,0 +1,479 @@
+/* The task service's request handlers (include/hvd/proto.h, "task service requests"). They
+ * run on the server's loop thread and never block: long-polls and subscriptions are held
+ * calls with cancel callbacks; the one exception is RUN_COMMAND's fork of the keeper
+ * process, which takes a few system calls. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+#include "hvd/proto.h"
+#include "task_internal.h"
+
+/* ---- Held calls ------------------------------------------------------------------------------ */
+
+static void sub_cancelled(void *arg) {
+    task_sub *s = arg;
+    s->call = NULL;
+    s->armed = false;
+    task_log(s->t, HVD_LOG_DEBUG, "a subscriber went away");
+    pump_call_gone(s->t);
+}
+
+static void waiter_cancelled(void *arg) {
+    task_waiter *w = arg;
+    w->call = NULL;
+    pump_call_gone(w->t);
+}
+
+/* Keeps call as a subscriber (active: receives output now). Fails it if out of memory. */
+static void add_sub(hvd_task *t, hvd_call *call, bool active) {
+    task_sub *s = calloc(1, sizeof *s);
+    if (!s) {
+        hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
+        return;
+    }
+    s->t = t;
+    s->call = call;
+    s->active = active;
+    task_sub **pp = &t->subs;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = s;
+    hvd_call_on_cancel(call, sub_cancelled, s);
+}
+
+static void fail_held(hvd_call **call, int code, const char *msg) {
+    hvd_call *c = *call;
+    *call = NULL; /* before answering: a failed send cancels (and frees) the call */
+    hvd_call_fail(c, code, "%s", msg);
+}
+
+/* Fails the ATTACH calls held for a command and the WAIT_EXIT calls. */
+static void fail_waiting(hvd_task *t, int code, const char *msg) {
+    for (task_sub *s = t->subs; s; s = s->next)
+        if (s->call && !s->active) fail_held(&s->call, code, msg);
+    for (task_waiter *w = t->waiters; w; w = w->next)
+        if (w->call) fail_held(&w->call, code, msg);
+    pump_call_gone(t);
+}
+
+void task_loop_abort(void *arg) {
+    hvd_task *t = arg;
+    if (t->cmd) {
+        if (!t->ended) {
+            pthread_mutex_lock(&t->mu);
+            bool again = t->abort_sent;
+            t->abort_sent = true;
+            pthread_mutex_unlock(&t->mu);
+            if (again) return; /* the keeper is at it */
+            task_log(t, HVD_LOG_INFO,
+                     "aborting the command: SIGTERM to all its processes, SIGKILL after %d ms",
+                     t->cfg.grace_ms);
+            hvd_command_abort(t->cmd);
+        }
+        return;
+    }
+    if (t->refused) return;
+    t->refused = true;
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s was aborted before a command started", t->name);
+    fail_waiting(t, HVD_E_STATE, msg);
+}
+
+void task_loop_quiesce(void *arg) {
+    hvd_task *t = arg;
+    t->loop_stopping = true;
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s is stopping before its command ended", t->name);
+    for (task_sub *s = t->subs; s; s = s->next) {
+        if (!s->call) continue;
+        if (t->ended)
+            pump_reply_exit(&s->call, t->exit_code);
+        else
+            fail_held(&s->call, HVD_E_SHUTDOWN, msg);
+    }
+    for (task_waiter *w = t->waiters; w; w = w->next) {
+        if (!w->call) continue;
+        if (t->ended)
+            pump_reply_exit(&w->call, t->exit_code);
+        else
+            fail_held(&w->call, HVD_E_SHUTDOWN, msg);
+    }
+    pump_sweep(t);
+    pthread_mutex_lock(&t->mu);
+    t->loop_quiesced = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* ---- RUN_COMMAND ----------------------------------------------------------------------------- */
+
+/* Whether a variable's value must not appear in logs. */
+static bool secret_name(const char *name, size_t len) {
+    for (size_t i = 0; i + 6 <= len; i++)
+        if (strncmp(name + i, "SECRET", 6) == 0) return true;
+    return false;
+}
+
+/* Logs (debug) what the request changes in the environment, secrets masked. */
+static void log_env(hvd_task *t, const hvd_run_msg *req, char *const *envp) {
+    char line[1024];
+    size_t n = 0, count = 0;
+    while (envp[count])
+        count++;
+    n += (size_t)snprintf(line, sizeof line, "command environment: %zu variables", count);
+    for (size_t i = 0; i < req->env_set.n && n < sizeof line; i++) {
+        const char *s = req->env_set.v[i];
+        const char *eq = strchr(s, '=');
+        size_t nl = eq ? (size_t)(eq - s) : strlen(s);
+        if (secret_name(s, nl))
+            n += (size_t)snprintf(line + n, sizeof line - n, "%s %.*s=<hidden>", i ? "," : "; set",
+                                  (int)nl, s);
+        else
+            n += (size_t)snprintf(line + n, sizeof line - n, "%s %s", i ? "," : "; set", s);
+    }
+    for (size_t i = 0; i < req->env_unset.n && n < sizeof line; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s %s", i ? "," : "; unset",
+                              req->env_unset.v[i]);
+    task_log(t, HVD_LOG_DEBUG, "%s", line);
+}
+
+/* The command's environment: the base with the request's sets, then its unsets. */
+static char **command_env(hvd_task *t, const hvd_run_msg *req, hvd_err *err) {
+    size_t n = req->env_set.n + req->env_unset.n;
+    hvd_env_change *ch = calloc(n ? n : 1, sizeof *ch);
+    char **names = calloc(req->env_set.n ? req->env_set.n : 1, sizeof *names);
+    char **envp = NULL;
+    if (!ch || !names) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < req->env_set.n; i++) {
+        const char *s = req->env_set.v[i];
+        const char *eq = strchr(s, '=');
+        if (!eq || eq == s) {
+            hvd_err_set(err, HVD_E_INVALID, "environment entry '%.64s' is not NAME=VALUE", s);
+            goto out;
+        }
+        names[i] = strndup(s, (size_t)(eq - s));
+        if (!names[i]) {
+            hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+            goto out;
+        }
+        ch[i] = (hvd_env_change){names[i], eq + 1};
+    }
+    for (size_t i = 0; i < req->env_unset.n; i++)
+        ch[req->env_set.n + i] = (hvd_env_change){req->env_unset.v[i], NULL};
+    envp = hvd_env_build(t->cmd_env, ch, n, err);
+out:
+    if (names)
+        for (size_t i = 0; i < req->env_set.n; i++)
+            free(names[i]);
+    free(names);
+    free(ch);
+    return envp;
+}
+
+static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
+    hvd_task *t = user;
+    hvd_run_msg req;
+    hvd_err err;
+    if (hvd_msg_unpack(body, &hvd_run_desc, &req, &err) != 0) {
+        hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    bool stopping = t->stopping;
+    pthread_mutex_unlock(&t->mu);
+    char **envp = NULL;
+    if (!req.command || !*req.command) {
+        hvd_call_fail(call, HVD_E_INVALID, "no command given to %s", t->name);
+    } else if (t->cmd) {
+        hvd_call_fail(call, HVD_E_STATE, "%s already ran a command", t->name);
+    } else if (t->refused) {
+        hvd_call_fail(call, HVD_E_STATE,
+                      "%s was aborted before a command started: the job is being torn down",
+                      t->name);
+    } else if (stopping) {
+        hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
+    } else if (!(envp = command_env(t, &req, &err))) {
+        hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
+    } else {
+        if (t->cfg.log_level >= HVD_LOG_DEBUG) log_env(t, &req, envp);
+        hvd_command_spec spec = {
+            .command = req.command, .envp = envp, .cwd = t->work_dir, .grace_ms = t->cfg.grace_ms};
+        t->cmd = hvd_command_start(&spec, &err);
+        if (!t->cmd) {
+            task_log(t, HVD_LOG_ERROR, "%s", err.msg);
+            hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
+        } else if (pump_start(t, req.prefix_output, req.timestamps, &err) != 0) {
+            /* The command runs but cannot be watched (the loop is out of resources): take
+             * it down at once, so that it counts as never started. This blocks the loop
+             * for up to the grace period, on a path that should never be taken. */
+            task_log(t, HVD_LOG_ERROR, "cannot watch the command: %s", err.msg);
+            pump_stop(t);
+            hvd_command_free(t->cmd);
+            t->cmd = NULL;
+            hvd_call_fail(call, HVD_E_INTERNAL, "%s cannot watch the command: %s", t->name,
+                          err.msg);
+        } else {
+            pthread_mutex_lock(&t->mu);
+            t->started = true;
+            pthread_cond_broadcast(&t->cv);
+            pthread_mutex_unlock(&t->mu);
+            task_log(t, HVD_LOG_INFO, "running the command (pid %d) for %s: %.300s%s",
+                     (int)hvd_command_pid(t->cmd), hvd_call_peer_host(call), req.command,
+                     strlen(req.command) > 300 ? "..." : "");
+            for (task_sub *s = t->subs; s; s = s->next)
+                s->active = true; /* ATTACH calls held until now */
+            if (req.attach) {
+                add_sub(t, call, true);
+            } else {
+                hvd_call_reply(call, &hvd_ack_desc, NULL);
+            }
+        }
+    }
+    hvd_env_free(envp);
+    hvd_msg_free(&hvd_run_desc, &req);
+}
+
+/* ---- Subscriptions and exit codes ------------------------------------------------------------ */
+
+static void on_attach(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_task *t = user;
+    pthread_mutex_lock(&t->mu);
+    bool stopping = t->stopping;
+    pthread_mutex_unlock(&t->mu);
+    if (t->ended) {
+        hvd_exit_msg ex = {.exit_code = t->exit_code};
+        hvd_call_reply(call, &hvd_exit_desc, &ex);
+    } else if (t->refused) {
+        hvd_call_fail(call, HVD_E_STATE, "%s was aborted before a command started", t->name);
+    } else if (stopping || t->loop_stopping) {
+        hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
+    } else {
+        add_sub(t, call, t->cmd != NULL);
+        task_log(t, HVD_LOG_DEBUG, "%s attached%s", hvd_call_peer_host(call),
+                 t->cmd ? "" : " (waiting for a command)");
+    }
+}
+
+static void on_wait_exit(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_task *t = user;
+    if (t->ended) {
+        hvd_exit_msg ex = {.exit_code = t->exit_code};
+        hvd_call_reply(call, &hvd_exit_desc, &ex);
+        return;
+    }
+    if (t->refused) {
+        hvd_call_fail(call, HVD_E_STATE, "%s was aborted before a command started", t->name);
+        return;
+    }
+    if (t->loop_stopping) {
+        hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
+        return;
+    }
+    task_waiter *w = calloc(1, sizeof *w);
+    if (!w) {
+        hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
+        return;
+    }
+    w->t = t;
+    w->call = call;
+    w->next = t->waiters;
+    t->waiters = w;
+    hvd_call_on_cancel(call, waiter_cancelled, w);
+}
+
+static void on_abort(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_task *t = user;
+    task_log(t, HVD_LOG_INFO, "abort requested by %s", hvd_call_peer_host(call));
+    hvd_call_reply(call, &hvd_ack_desc, NULL);
+    if (t->cmd)
+        task_loop_abort(t);
+    else
+        task_request_abort(t, ABORT_REQUEST, "an abort request came before any command");
+}
+
+static void on_status(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_task *t = user;
+    pthread_mutex_lock(&t->mu);
+    hvd_status_msg st = {.started = t->started, .ended = t->ended, .exit_code = t->exit_code};
+    pthread_mutex_unlock(&t->mu);
+    hvd_call_reply(call, &hvd_status_desc, &st);
+}
+
+/* ---- Resources and results ------------------------------------------------------------------- */
+
+static void on_resources(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_task *t = user;
+    hvd_task_info info;
+    task_info(t, &info);
+    hvd_call_reply(call, &hvd_task_info_desc, &info);
+}
+
+static void on_register_result(hvd_call *call, const msgpack_object *body, void *user) {
+    hvd_task *t = user;
+    hvd_result_msg r;
+    hvd_err err;
+    if (hvd_msg_unpack(body, &hvd_register_result_desc, &r, &err) != 0) {
+        hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
+        return;
+    }
+    if (r.index != t->cfg.index) {
+        hvd_call_fail(call, HVD_E_INVALID, "a result for task %u was sent to %s", r.index, t->name);
+        hvd_msg_free(&hvd_register_result_desc, &r);
+        return;
+    }
+    r.present = true;
+    pthread_mutex_lock(&t->mu);
+    hvd_msg_free(&hvd_result_desc, &t->result);
+    t->result = r; /* replaces an earlier one: idempotent */
+    t->has_result = true;
+    pthread_mutex_unlock(&t->mu);
+    task_log(t, HVD_LOG_INFO, "rank %d registered its result (status %d, %zu bytes%s)", r.rank,
+             r.status, r.result.len, r.error ? ", with an error" : "");
+    hvd_call_reply(call, &hvd_ack_desc, NULL);
+}
+
+static void on_get_result(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_task *t = user;
+    pthread_mutex_lock(&t->mu);
+    if (t->has_result) {
+        hvd_call_reply(call, &hvd_result_desc, &t->result);
+    } else {
+        hvd_result_msg none = {.rank = -1, .index = t->cfg.index, .present = false};
+        hvd_call_reply(call, &hvd_result_desc, &none);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* ---- REGISTRATION_DONE and probing ----------------------------------------------------------- */
+
+/* Probes the other tasks and reports what was reached to the driver (own thread). */
+static void *probe_main(void *arg) {
+    hvd_task *t = arg;
+    hvd_reachable_msg rep;
+    hvd_err err;
+    int64_t t0 = task_now_ms();
+    /* peers is not written while this thread runs (see on_registration_done). */
+    if (probe_peers(&t->cfg.secret, t->cfg.index, &t->peers.tasks, TASK_PROBE_MS, &t->probe_cancel,
+                    &rep, &err) != 0) {
+        task_log(t, HVD_LOG_ERROR, "cannot probe the other tasks: %s", err.msg);
+        atomic_store(&t->probe_finished, true);
+        return NULL;
+    }
+    size_t reached = 0;
+    char missing[256] = "";
+    hvd_reach *r = rep.reach.v;
+    for (size_t i = 0; i < rep.reach.n; i++) {
+        if (r[i].addrs.n > 0) {
+            reached++;
+        } else {
+            size_t used = strlen(missing);
+            if (used + 16 < sizeof missing)
+                snprintf(missing + used, sizeof missing - used, "%s%u", used ? "," : "", r[i].to);
+        }
+    }
+    if (reached < rep.reach.n)
+        task_log(t, HVD_LOG_WARN, "reached %zu of %zu other tasks; none of the addresses of %s",
+                 reached, rep.reach.n, missing);
+    else
+        task_log(t, HVD_LOG_INFO, "reached all %zu other tasks in %lld ms", rep.reach.n,
+                 (long long)(task_now_ms() - t0));
+    int64_t deadline = task_now_ms() + t->cfg.start_timeout_ms;
+    int backoff = 100, sent = 0;
+    while (!atomic_load(&t->probe_cancel)) {
+        int64_t left = deadline - task_now_ms();
+        hvd_client *d =
+            task_driver_connect(t, left < 3000 ? (int)(left > 100 ? left : 100) : 3000, &err);
+        if (d) {
+            sent = hvd_client_call(d, &hvd_reachable_desc, &rep, &hvd_ack_desc, NULL, 0,
+                                   HVD_CALL_RETRY, &err) == 0;
+            hvd_client_close(d);
+            if (sent || (err.code != HVD_E_IO && err.code != HVD_E_TIMEOUT)) break;
+        }
+        if (task_now_ms() + backoff >= deadline) break;
+        struct timespec ts = {backoff / 1000, (long)(backoff % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+    }
+    if (!sent && !atomic_load(&t->probe_cancel))
+        task_log(t, HVD_LOG_ERROR, "cannot report reachability to the driver: %s", err.msg);
+    hvd_msg_free(&hvd_reachable_desc, &rep);
+    atomic_store(&t->probe_finished, true);
+    return NULL;
+}
+
+static void on_registration_done(hvd_call *call, const msgpack_object *body, void *user) {
+    hvd_task *t = user;
+    hvd_peers_msg req;
+    hvd_err err;
+    if (hvd_msg_unpack(body, &hvd_registration_done_desc, &req, &err) != 0) {
+        hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
+        return;
+    }
+    hvd_call_reply(call, &hvd_ack_desc, NULL);
+    size_t ntasks = req.tasks.n;
+    bool probe = req.probe;
+    pthread_mutex_lock(&t->mu);
+    bool again = t->registration_done;
+    t->registration_done = true;
+    pthread_cond_broadcast(&t->cv);
+    int rc = -1;
+    if (probe && !t->stopping) {
+        /* A repeated notice (the driver retried, say after losing our report) probes again
+         * once the last probe is over; while one runs it is ignored. */
+        if (t->probe_running && atomic_load(&t->probe_finished)) {
+            pthread_join(t->probe_thread, NULL); /* returns at once: the thread is done */
+            t->probe_running = false;
+        }
+        if (!t->probe_running) {
+            hvd_msg_free(&hvd_registration_done_desc, &t->peers);
+            t->peers = req;
+            memset(&req, 0, sizeof req);
+            atomic_store(&t->probe_finished, false);
+            rc = pthread_create(&t->probe_thread, NULL, probe_main, t);
+            t->probe_running = rc == 0;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    hvd_msg_free(&hvd_registration_done_desc, &req);
+    if (!probe)
+        task_log(t, HVD_LOG_INFO, "all %zu tasks registered; no probing asked for", ntasks);
+    else if (rc == 0)
+        task_log(t, HVD_LOG_INFO, "all %zu tasks registered; probing the others%s", ntasks,
+                 again ? " (again)" : "");
+    else if (!again)
+        task_log(t, HVD_LOG_ERROR, "all %zu tasks registered, but the probe thread did not start",
+                 ntasks);
+}
+
+/* ---- Registration ---------------------------------------------------------------------------- */
+
+int task_handlers_register(hvd_task *t) {
+    static const struct {
+        uint32_t type;
+        hvd_handler_fn fn;
+    } table[] = {
+        {HVD_MSG_REGISTRATION_DONE, on_registration_done},
+        {HVD_MSG_RUN_COMMAND, on_run},
+        {HVD_MSG_ATTACH, on_attach},
+        {HVD_MSG_ABORT, on_abort},
+        {HVD_MSG_WAIT_EXIT, on_wait_exit},
+        {HVD_MSG_COMMAND_STATUS, on_status},
+        {HVD_MSG_RESOURCES, on_resources},
+        {HVD_MSG_REGISTER_RESULT, on_register_result},
+        {HVD_MSG_GET_RESULT, on_get_result},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (hvd_server_handle(t->srv, table[i].type, table[i].fn, t) != 0) return -1;
+    return 0;
+}

@@ -1,0 +1,362 @@
+/* org.hvdbridge.DriverService: libhvd_driver (include/hvd/driver.h) and the mpirun launch
+ * (include/hvd/launch.h) for a JVM driver; the same sequence as hvd-driver run
+ * (driver_service/launcher_main.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hvd/driver.h"
+#include "hvd/launch.h"
+#include "jni_util.h"
+#include "org_hvdbridge_DriverService.h"
+
+/* What a Java DriverService's handle points to. */
+typedef struct jni_driver {
+    hvd_driver *d;
+    hvd_secret secret; /* for the tasks (nativeSecret) and mpirun's environment */
+    char *addrs;       /* the driver's addresses, text form */
+    uint32_t num_tasks;
+    bool verbose; /* progress lines to stderr */
+    int stop;     /* set (atomically) by nativeAbort: stops a running mpirun */
+} jni_driver;
+
+static const char DRIVER[] = "the driver service";
+
+/* Runs on the library's threads: stderr only, never the JVM. */
+static void driver_log(void *user, const char *line) {
+    const jni_driver *jd = user;
+    if (jd->verbose) jni_log_stderr("hvd-driver", line);
+}
+
+static void driver_free(jni_driver *jd) {
+    hvd_driver_stop(jd->d);
+    hvd_secret_wipe(&jd->secret);
+    free(jd->addrs);
+    free(jd);
+}
+
+JNIEXPORT jlong JNICALL Java_org_hvdbridge_DriverService_nativeStart(
+    JNIEnv *env, jclass cls, jint num_tasks, jint kind, jobjectArray argv, jbyteArray object,
+    jbyteArray symbol, jbyteArray arg, jobjectArray nics, jbyteArray bind_host, jint port,
+    jboolean verbose) {
+    (void)cls;
+    if (num_tasks < 1) {
+        jni_throw(env, jni_classes.illegal_argument, "the number of tasks must be >= 1, not %d",
+                  (int)num_tasks);
+        return 0;
+    }
+    if (port < 0 || port > 65535) {
+        jni_throw(env, jni_classes.illegal_argument, "bad port %d", (int)port);
+        return 0;
+    }
+    if (kind != HVD_CODE_ARGV && kind != HVD_CODE_SHARED_OBJECT) {
+        jni_throw(env, jni_classes.illegal_argument, "unknown entry point kind %d", (int)kind);
+        return 0;
+    }
+    hvd_code_msg code = {.kind = (uint32_t)kind};
+    char **nicv = NULL, *bind = NULL;
+    size_t nnics = 0;
+    jni_driver *jd = NULL;
+    hvd_err err = {0};
+    if (kind == HVD_CODE_ARGV) {
+        if (jni_textv(env, argv, false, "the entry point command", &code.argv.v, &code.argv.n) != 0)
+            goto out;
+        if (code.argv.n == 0 || !code.argv.v[0][0]) {
+            jni_throw(env, jni_classes.illegal_argument, "the entry point command is empty");
+            goto out;
+        }
+    } else {
+        if (jni_bytes(env, object, "the shared object", &code.object.data, &code.object.len) != 0 ||
+            jni_text(env, symbol, false, "the entry point symbol", &code.symbol) != 0 ||
+            jni_bytes(env, arg, "the entry point argument", &code.arg.data, &code.arg.len) != 0)
+            goto out;
+        if (code.object.len == 0 || !code.symbol[0]) {
+            jni_throw(env, jni_classes.illegal_argument,
+                      "a shared-object entry point needs the object's bytes and a symbol");
+            goto out;
+        }
+    }
+    if (jni_textv(env, nics, true, "the interfaces", &nicv, &nnics) != 0 ||
+        jni_text(env, bind_host, true, "the bind address", &bind) != 0)
+        goto out;
+    if (nicv && nnics == 0) {
+        jni_throw(env, jni_classes.illegal_argument, "the list of interfaces is empty");
+        goto out;
+    }
+    if (!(jd = calloc(1, sizeof *jd))) {
+        jni_throw_oom(env, DRIVER);
+        goto out;
+    }
+    jd->num_tasks = (uint32_t)num_tasks;
+    jd->verbose = verbose;
+    if (hvd_secret_generate(&jd->secret, &err) != 0) {
+        jni_throw_err(env, &err);
+        goto fail;
+    }
+    hvd_driver_config cfg = {.num_tasks = (uint32_t)num_tasks,
+                             .secret = jd->secret,
+                             .code = &code,
+                             .nics = (const char *const *)nicv,
+                             .bind_host = bind,
+                             .port = (uint16_t)port,
+                             .log = driver_log,
+                             .log_user = jd};
+    jd->d = hvd_driver_start(&cfg, &err);
+    hvd_secret_wipe(&cfg.secret);
+    if (!jd->d) {
+        jni_throw_err(env, &err);
+        goto fail;
+    }
+    hvd_addr *addrs;
+    size_t naddrs;
+    if (hvd_driver_addrs(jd->d, &addrs, &naddrs, &err) != 0) {
+        jni_throw_err(env, &err);
+        goto fail;
+    }
+    jd->addrs = hvd_addrs_format(addrs, naddrs);
+    free(addrs);
+    if (!jd->addrs) {
+        jni_throw_oom(env, "the driver's addresses");
+        goto fail;
+    }
+    goto out;
+fail:
+    driver_free(jd);
+    jd = NULL;
+out:
+    jni_textv_free(code.argv.v);
+    free(code.object.data);
+    free(code.symbol);
+    free(code.arg.data);
+    jni_textv_free(nicv);
+    free(bind);
+    return (jlong)(intptr_t)jd;
+}
+
+JNIEXPORT jbyteArray JNICALL Java_org_hvdbridge_DriverService_nativeSecret(JNIEnv *env, jclass cls,
+                                                                           jlong h) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    return jd ? jni_new_bytes(env, jd->secret.key, HVD_SECRET_LEN) : NULL;
+}
+
+JNIEXPORT jbyteArray JNICALL Java_org_hvdbridge_DriverService_nativeAddresses(JNIEnv *env,
+                                                                              jclass cls, jlong h) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    return jd ? jni_new_text(env, jd->addrs) : NULL;
+}
+
+JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeWaitRegistration(JNIEnv *env,
+                                                                               jclass cls, jlong h,
+                                                                               jint timeout_ms) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    hvd_err err = {0};
+    if (jd && hvd_driver_wait_registration(jd->d, timeout_ms, &err) != 0) jni_throw_err(env, &err);
+}
+
+static void free_strv(char **v) {
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeCommonInterfaces(
+    JNIEnv *env, jclass cls, jlong h, jint timeout_ms) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    if (!jd) return NULL;
+    char **ifaces = NULL;
+    hvd_err err = {0};
+    if (hvd_driver_common_interfaces(jd->d, timeout_ms, &ifaces, &err) != 0) {
+        jni_throw_err(env, &err);
+        return NULL;
+    }
+    jsize n = 0;
+    while (ifaces[n])
+        n++;
+    jobjectArray out = (*env)->NewObjectArray(env, n, jni_classes.byte_array, NULL);
+    for (jsize i = 0; out && i < n; i++) {
+        jbyteArray s = jni_new_text(env, ifaces[i]);
+        if (!s) {
+            out = NULL;
+            break;
+        }
+        (*env)->SetObjectArrayElement(env, out, i, s);
+        (*env)->DeleteLocalRef(env, s);
+    }
+    free_strv(ifaces);
+    return out;
+}
+
+JNIEXPORT jbyteArray JNICALL Java_org_hvdbridge_DriverService_nativeHostList(JNIEnv *env,
+                                                                             jclass cls, jlong h) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    if (!jd) return NULL;
+    hvd_err err = {0};
+    char *hosts = hvd_driver_host_list(jd->d, &err);
+    if (!hosts) {
+        jni_throw_err(env, &err);
+        return NULL;
+    }
+    jbyteArray out = jni_new_text(env, hosts);
+    free(hosts);
+    return out;
+}
+
+static bool stopped(const jni_driver *jd) {
+    return __atomic_load_n(&jd->stop, __ATOMIC_ACQUIRE) != 0;
+}
+
+JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
+    JNIEnv *env, jclass cls, jlong h, jbyteArray bin_dir, jobjectArray mpi_args, jint timeout_s,
+    jint start_timeout_ms, jboolean verbose, jobjectArray extra_env) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    if (!jd) return NULL;
+    if (timeout_s < 0 || start_timeout_ms <= 0) {
+        jni_throw(env, jni_classes.illegal_argument, "bad timeout");
+        return NULL;
+    }
+    char *bin = NULL, **args = NULL, **user_env = NULL, **envv = NULL, **ifaces = NULL;
+    char **mpi = NULL;
+    size_t nargs = 0, nenv = 0;
+    char secret_var[64] = "", *addrs_var = NULL;
+    jintArray out = NULL;
+    hvd_err err = {0};
+    if (jni_text(env, bin_dir, false, "the bin dir", &bin) != 0 ||
+        jni_textv(env, mpi_args, true, "the mpirun arguments", &args, &nargs) != 0 ||
+        jni_textv(env, extra_env, true, "the mpirun environment", &user_env, &nenv) != 0)
+        goto out;
+    for (size_t i = 0; i < nenv; i++) {
+        if (!strchr(user_env[i], '=') || user_env[i][0] == '=') {
+            jni_throw(env, jni_classes.illegal_argument,
+                      "the mpirun environment entry %zu is not NAME=VALUE", i);
+            goto out;
+        }
+    }
+    /* The steps of hvd-driver run (launcher_main.c). */
+    if (hvd_driver_wait_registration(jd->d, start_timeout_ms, &err) != 0 ||
+        hvd_driver_common_interfaces(jd->d, start_timeout_ms, &ifaces, &err) != 0) {
+        jni_throw_err(env, &err);
+        goto out;
+    }
+    /* mpirun and hvd-rsh find the secret and the driver in their environment, never on a
+     * command line; setenv is not safe in a JVM, so they go through extra_env. */
+    char b64[45];
+    hvd_secret_to_base64(&jd->secret, b64);
+    snprintf(secret_var, sizeof secret_var, "%s=%s", HVD_SECRET_ENV, b64);
+    memset(b64, 0, sizeof b64);
+    size_t alen = strlen(HVD_DRIVER_ADDRS_ENV) + strlen(jd->addrs) + 2;
+    if (!(addrs_var = malloc(alen)) || !(envv = calloc(nenv + 3, sizeof *envv))) {
+        jni_throw_oom(env, "mpirun's environment");
+        goto out;
+    }
+    snprintf(addrs_var, alen, "%s=%s", HVD_DRIVER_ADDRS_ENV, jd->addrs);
+    /* getenv() takes the first of duplicate entries: ours come first, so a user entry
+     * cannot replace the job's secret or the driver's addresses. */
+    envv[0] = secret_var;
+    envv[1] = addrs_var;
+    for (size_t i = 0; i < nenv; i++)
+        envv[i + 2] = user_env[i];
+    hvd_launch_config lc = {.np = (int)jd->num_tasks,
+                            .bin_dir = bin,
+                            .mpi_args = (const char *const *)args,
+                            .timeout_s = timeout_s,
+                            .verbose = verbose,
+                            .forward_signals = false,
+                            .extra_env = (const char *const *)envv,
+                            .stop = &jd->stop};
+    mpi = hvd_launch_argv(jd->d, &lc, ifaces, &err);
+    if (!mpi) {
+        jni_throw_err(env, &err);
+        goto out;
+    }
+    if (stopped(jd)) {
+        jni_throw_hvd(env, HVD_E_STATE, "the job was aborted before mpirun started");
+        goto out;
+    }
+    bool timed_out = false;
+    int status = hvd_launch_run(mpi, &lc, &timed_out, &err);
+    if (status < 0) {
+        hvd_err_prefix(&err, "cannot run mpirun: ");
+        jni_throw_err(env, &err);
+        goto out;
+    }
+    jint st[2] = {status, timed_out ? 1 : 0};
+    out = (*env)->NewIntArray(env, 2);
+    if (out) (*env)->SetIntArrayRegion(env, out, 0, 2, st);
+out:
+    memset(secret_var, 0, sizeof secret_var);
+    free(bin);
+    jni_textv_free(args);
+    jni_textv_free(user_env);
+    free(envv);
+    free(addrs_var);
+    free_strv(ifaces);
+    hvd_launch_free_argv(mpi);
+    return out;
+}
+
+JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeResults(JNIEnv *env,
+                                                                              jclass cls, jlong h) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    if (!jd) return NULL;
+    hvd_rank_result *r;
+    size_t n;
+    hvd_err err = {0};
+    if (hvd_driver_results(jd->d, &r, &n, &err) != 0) {
+        jni_throw_err(env, &err);
+        return NULL;
+    }
+    jobjectArray out = (*env)->NewObjectArray(env, (jsize)n, jni_classes.rank_result, NULL);
+    for (size_t i = 0; out && i < n; i++) {
+        if ((*env)->PushLocalFrame(env, 8) != 0) {
+            out = NULL;
+            break;
+        }
+        jbyteArray host = jni_new_text(env, r[i].host_hash);
+        jbyteArray data = jni_new_bytes(env, r[i].data, r[i].len);
+        jbyteArray error = jni_new_text(env, r[i].error);
+        jobject rr = NULL;
+        if (!(*env)->ExceptionCheck(env))
+            rr = (*env)->NewObject(env, jni_classes.rank_result, jni_classes.rank_result_ctor,
+                                   (jint)r[i].rank,
+                                   (jint)(r[i].index > INT32_MAX ? -1 : (int32_t)r[i].index), host,
+                                   (jboolean)r[i].present, (jint)r[i].status, data, error);
+        if (rr) (*env)->SetObjectArrayElement(env, out, (jsize)i, rr);
+        (*env)->PopLocalFrame(env, NULL);
+        if ((*env)->ExceptionCheck(env)) out = NULL;
+    }
+    hvd_driver_results_free(r, n);
+    return out;
+}
+
+JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeShutdownTasks(JNIEnv *env, jclass cls,
+                                                                            jlong h) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    if (jd) hvd_driver_shutdown_tasks(jd->d);
+}
+
+JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeAbort(JNIEnv *env, jclass cls,
+                                                                    jlong h, jbyteArray reason) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    if (!jd) return;
+    char *why = NULL;
+    if (jni_text(env, reason, true, "the reason", &why) != 0) (*env)->ExceptionClear(env);
+    __atomic_store_n(&jd->stop, 1, __ATOMIC_RELEASE);
+    hvd_driver_abort(jd->d, why ? why : "aborted");
+    free(why);
+}
+
+JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeStop(JNIEnv *env, jclass cls,
+                                                                   jlong h) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    if (jd) driver_free(jd);
+}

@@ -1,0 +1,145 @@
+/* Task-to-task reachability (Horovod's BasicClient with match_intf=True, as a full mesh
+ * from this task's side): every address of every other task is tried on its own, a few at a
+ * time, each within a short budget, so one black-holed interface costs one budget and not
+ * one per peer. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hvd/proto.h"
+#include "task_internal.h"
+
+#define PROBE_THREADS 8 /* probes in flight at once */
+
+typedef struct probe_job {
+    uint32_t to;        /* the peer's index */
+    const hvd_addr *at; /* one of its addresses */
+    bool reached;       /* written by one worker, read after join */
+} probe_job;
+
+typedef struct probe_pool {
+    const hvd_secret *secret;
+    probe_job *jobs;
+    size_t njobs;
+    atomic_size_t next; /* next job to take */
+    atomic_bool *cancel;
+    const hvd_addr *local; /* every address of this machine */
+    size_t nlocal;
+    int timeout_ms;
+} probe_pool;
+
+/* Copies host without an IPv6 "%scope" suffix (the address a peer saw has none). */
+static void unscoped(const char *host, char *out, size_t len) {
+    size_t n = strcspn(host, "%");
+    if (n >= len) n = len - 1;
+    memcpy(out, host, n);
+    out[n] = '\0';
+}
+
+/* Whether host is one of our addresses on the interface called ifname. */
+static bool ours_on(const probe_pool *p, const char *host, const char *ifname) {
+    char want[HVD_HOST_MAX], have[HVD_HOST_MAX];
+    unscoped(host, want, sizeof want);
+    for (size_t i = 0; i < p->nlocal; i++) {
+        if (strcmp(p->local[i].ifname, ifname) != 0) continue;
+        unscoped(p->local[i].host, have, sizeof have);
+        if (strcmp(have, want) == 0) return true;
+    }
+    return false;
+}
+
+static void probe_one(const probe_pool *p, probe_job *j) {
+    if (!j->at->ifname[0]) return; /* nothing to match the interface against */
+    char name[HVD_SERVICE_NAME_MAX];
+    hvd_task_service_name(j->to, name);
+    hvd_client_config cc = {.service = name,
+                            .secret = *p->secret,
+                            .addrs = j->at,
+                            .naddrs = 1,
+                            .probe_timeout_ms = p->timeout_ms,
+                            .io_timeout_ms = p->timeout_ms};
+    hvd_err err;
+    hvd_client *c = hvd_client_connect(&cc, &err);
+    hvd_secret_wipe(&cc.secret);
+    if (!c) return;
+    hvd_pong pong;
+    if (hvd_client_call(c, &hvd_ping_desc, NULL, &hvd_pong_desc, &pong, 0, 0, &err) == 0) {
+        /* The handshake already proved the name; the pong says where it saw us from. */
+        j->reached = pong.peer_host && ours_on(p, pong.peer_host, j->at->ifname);
+        hvd_msg_free(&hvd_pong_desc, &pong);
+    }
+    hvd_client_close(c);
+}
+
+static void *probe_worker(void *arg) {
+    probe_pool *p = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&p->next, 1);
+        if (i >= p->njobs || atomic_load(p->cancel)) break;
+        probe_one(p, &p->jobs[i]);
+    }
+    return NULL;
+}
+
+int probe_peers(const hvd_secret *secret, uint32_t self, const hvd_list *tasks, int timeout_ms,
+                atomic_bool *cancel, hvd_reachable_msg *out, hvd_err *err) {
+    memset(out, 0, sizeof *out);
+    out->from = self;
+    const hvd_task_info *info = tasks->v;
+    probe_pool p = {.secret = secret, .cancel = cancel, .timeout_ms = timeout_ms};
+    atomic_init(&p.next, 0);
+    hvd_addr *local = NULL;
+    size_t npeers = 0, njobs = 0;
+    for (size_t i = 0; i < tasks->n; i++) {
+        if (info[i].index == self) continue;
+        npeers++;
+        njobs += info[i].addrs.n;
+    }
+    if (hvd_local_addrs(&local, &p.nlocal, 0, NULL, err) != 0) return -1;
+    p.local = local;
+    p.jobs = calloc(njobs ? njobs : 1, sizeof *p.jobs);
+    out->reach.v = calloc(npeers ? npeers : 1, sizeof(hvd_reach));
+    if (!p.jobs || !out->reach.v) {
+        free(p.jobs);
+        free(local);
+        hvd_msg_free(&hvd_reachable_desc, out);
+        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    }
+    for (size_t i = 0; i < tasks->n; i++) {
+        if (info[i].index == self) continue;
+        const hvd_addr *a = info[i].addrs.v;
+        for (size_t k = 0; k < info[i].addrs.n; k++)
+            p.jobs[p.njobs++] = (probe_job){.to = info[i].index, .at = &a[k]};
+    }
+
+    pthread_t th[PROBE_THREADS];
+    size_t nth = 0;
+    while (nth < PROBE_THREADS && nth < p.njobs &&
+           pthread_create(&th[nth], NULL, probe_worker, &p) == 0)
+        nth++;
+    probe_worker(&p); /* this thread helps (and does it all if no thread started) */
+    for (size_t i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+
+    int rc = 0;
+    hvd_reach *reach = out->reach.v;
+    size_t job = 0;
+    for (size_t i = 0; i < tasks->n && rc == 0; i++) {
+        if (info[i].index == self) continue;
+        hvd_reach *r = &reach[out->reach.n++];
+        r->to = info[i].index;
+        size_t n = info[i].addrs.n;
+        hvd_addr *got = calloc(n ? n : 1, sizeof *got);
+        if (!got) {
+            rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+            break;
+        }
+        r->addrs.v = got;
+        for (size_t k = 0; k < n; k++, job++)
+            if (p.jobs[job].reached) got[r->addrs.n++] = *p.jobs[job].at;
+    }
+    free(p.jobs);
+    free(local);
+    if (rc != 0) hvd_msg_free(&hvd_reachable_desc, out);
+    return rc;
+}

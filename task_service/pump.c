@@ -1,0 +1,288 @@
+/* The command's output, from its pipes to the subscribers (or to our own stdout/stderr), and
+ * the command's end. Everything here runs on the server's loop thread.
+ *
+ * Back-pressure: a chunk is formatted only when every sink has room for a whole chunk
+ * (hvd_call_stream_room, or the local queue's room). When one has not, the pipes are taken
+ * off the loop (paused) and the sinks without room are asked to call back when they have
+ * drained (hvd_call_on_writable, hvd_local_out_notify). The command then fills its pipe and
+ * blocks in write(). So the service holds at most one read buffer per pipe, one formatted
+ * chunk, and what the server's per-connection bound allows: it never buffers without bound.
+ * A subscriber that stops reading altogether is dropped by the server's write timeout; its
+ * cancellation resumes the others.
+ *
+ * The command has ended when its exit descriptor fired (the keeper is gone, so every
+ * process of the command is gone) and both pipes reached end-of-file with everything read
+ * delivered. Then subscribers and WAIT_EXIT calls get the exit code. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "hvd/proto.h"
+#include "task_internal.h"
+
+static void check_end(hvd_task *t);
+static void on_pipe(int fd, uint32_t events, void *arg);
+
+static bool has_active_subs(const hvd_task *t) {
+    for (const task_sub *s = t->subs; s; s = s->next)
+        if (s->call && s->active) return true;
+    return false;
+}
+
+static void loop_local_room(void *arg) {
+    pump_resume(arg);
+}
+
+/* Writer thread: the local queue drained; continue on the loop. */
+static void on_local_room(void *arg) {
+    hvd_task *t = arg;
+    hvd_server_post(t->srv, loop_local_room, t);
+}
+
+/* Whether every sink can take a whole chunk now. Starts the local sink on first use. */
+static bool room_ok(hvd_task *t) {
+    bool any = false;
+    for (task_sub *s = t->subs; s; s = s->next) {
+        if (!s->call || !s->active) continue;
+        any = true;
+        if (hvd_call_stream_room(s->call) < TASK_CHUNK_MAX + TASK_CHUNK_SLACK) return false;
+    }
+    if (any) return true;
+    if (!t->local && !t->local_failed) {
+        hvd_err err;
+        t->local = hvd_local_out_create(TASK_LOCAL_MAX, on_local_room, t, &err);
+        t->local_failed = !t->local;
+        if (t->local_failed)
+            task_log(t, HVD_LOG_WARN, "writing the command's output directly: %s", err.msg);
+    }
+    if (!t->local) return true; /* deliver() then writes synchronously */
+    return hvd_local_out_room(t->local) >= TASK_CHUNK_MAX;
+}
+
+static void on_sub_writable(void *arg) {
+    task_sub *s = arg;
+    s->armed = false;
+    pump_resume(s->t);
+}
+
+/* Takes the pipes off the loop and asks the sinks without room to call back. */
+static void pause_pipes(hvd_task *t) {
+    if (!t->paused) {
+        t->paused = true;
+        for (int i = 0; i < 2; i++) {
+            task_pipe *p = &t->pipes[i];
+            if (p->watched) hvd_server_unwatch(t->srv, p->fd);
+            p->watched = false;
+        }
+        task_log(t, HVD_LOG_DEBUG, "output paused: a reader is behind");
+    }
+    bool any = false;
+    for (task_sub *s = t->subs; s; s = s->next) {
+        if (!s->call || !s->active) continue;
+        any = true;
+        if (!s->armed && hvd_call_stream_room(s->call) < TASK_CHUNK_MAX + TASK_CHUNK_SLACK) {
+            s->armed = true;
+            hvd_call_on_writable(s->call, on_sub_writable, s);
+        }
+    }
+    if (!any && t->local) hvd_local_out_notify(t->local);
+}
+
+/* Hands one formatted chunk to every subscriber, or to our own stream if there is none. */
+static void deliver(hvd_task *t, task_pipe *p, const uint8_t *data, size_t len) {
+    if (has_active_subs(t)) {
+        for (task_sub *s = t->subs; s; s = s->next) {
+            /* A failed send closed the connection; its cancel callback cleared s->call. */
+            if (s->call && s->active) hvd_call_stream(s->call, p->channel, data, len);
+        }
+        return;
+    }
+    if (t->local && hvd_local_out_write(t->local, p->local_fd, data, len) == 0) return;
+    /* No writer thread, or no memory for the copy: write it here rather than lose it. */
+    while (len > 0) {
+        ssize_t w = write(p->local_fd, data, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        data += w;
+        len -= (size_t)w;
+    }
+}
+
+/* Delivers what p holds. Returns false if it had to pause (input left in p). */
+static bool drain(hvd_task *t, task_pipe *p) {
+    while (p->off < p->len) {
+        if (!room_ok(t)) {
+            pause_pipes(t);
+            return false;
+        }
+        size_t used = 0;
+        size_t n = hvd_output_format(&p->fmt, p->buf + p->off, p->len - p->off, t->fbuf,
+                                     TASK_CHUNK_MAX, &used);
+        p->off += used;
+        if (n > 0) deliver(t, p, t->fbuf, n);
+    }
+    p->off = p->len = 0;
+    return true;
+}
+
+static int watch_pipe(hvd_task *t, task_pipe *p, hvd_err *err) {
+    if (p->fd < 0 || p->watched) return 0;
+    if (hvd_server_watch(t->srv, p->fd, EPOLLIN, on_pipe, p, err) != 0) return -1;
+    p->watched = true;
+    return 0;
+}
+
+void pump_resume(hvd_task *t) {
+    if (!t->cmd || t->loop_stopping) return;
+    if (t->paused) {
+        if (!room_ok(t)) {
+            pause_pipes(t); /* re-arm the sinks still behind */
+            return;
+        }
+        t->paused = false;
+        task_log(t, HVD_LOG_DEBUG, "output resumed");
+        for (int i = 0; i < 2; i++)
+            if (!drain(t, &t->pipes[i])) return;
+    }
+    for (int i = 0; i < 2; i++) {
+        hvd_err err;
+        if (watch_pipe(t, &t->pipes[i], &err) != 0) {
+            task_log(t, HVD_LOG_ERROR, "cannot read the command's output: %s", err.msg);
+            hvd_command_abort(t->cmd);
+        }
+    }
+    check_end(t);
+}
+
+static void on_pipe(int fd, uint32_t events, void *arg) {
+    (void)events;
+    task_pipe *p = arg;
+    hvd_task *t = p->t;
+    if (t->paused || p->off < p->len) return; /* not expected: unwatched while paused */
+    ssize_t n = read(fd, p->buf, TASK_READ_MAX);
+    if (n > 0) {
+        p->off = 0;
+        p->len = (size_t)n;
+        drain(t, p);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    /* End-of-file: every process holding the write end has exited (or a read error, which
+     * a pipe does not produce; treat it the same). */
+    hvd_server_unwatch(t->srv, p->fd);
+    p->watched = false;
+    p->fd = -1;
+    check_end(t);
+}
+
+static void on_exit_fd(int fd, uint32_t events, void *arg) {
+    (void)events;
+    hvd_task *t = arg;
+    hvd_server_unwatch(t->srv, fd);
+    t->exit_seen = true;
+    check_end(t);
+}
+
+int pump_start(hvd_task *t, bool prefix, bool timestamps, hvd_err *err) {
+    if (!t->fbuf) {
+        t->fbuf = malloc(TASK_CHUNK_MAX);
+        t->pipes[0].buf = malloc(TASK_READ_MAX);
+        t->pipes[1].buf = malloc(TASK_READ_MAX);
+        if (!t->fbuf || !t->pipes[0].buf || !t->pipes[1].buf)
+            return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    }
+    for (int i = 0; i < 2; i++) {
+        task_pipe *p = &t->pipes[i];
+        p->t = t;
+        p->fd = i == 0 ? hvd_command_stdout_fd(t->cmd) : hvd_command_stderr_fd(t->cmd);
+        p->channel = i == 0 ? HVD_CHANNEL_STDOUT : HVD_CHANNEL_STDERR;
+        p->local_fd = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
+        p->watched = false;
+        p->off = p->len = 0;
+        hvd_output_opts o = {.index = prefix ? (int)t->cfg.index : -1,
+                             .stream = i == 0 ? HVD_OUTPUT_STDOUT : HVD_OUTPUT_STDERR,
+                             .timestamp = timestamps};
+        hvd_output_init(&p->fmt, &o);
+        if (watch_pipe(t, p, err) != 0) return -1;
+    }
+    return hvd_server_watch(t->srv, hvd_command_exit_fd(t->cmd), EPOLLIN, on_exit_fd, t, err);
+}
+
+void pump_stop(hvd_task *t) {
+    for (int i = 0; i < 2; i++) {
+        task_pipe *p = &t->pipes[i];
+        if (p->watched) hvd_server_unwatch(t->srv, p->fd);
+        p->watched = false;
+        p->fd = -1;
+        p->off = p->len = 0;
+    }
+    hvd_server_unwatch(t->srv, hvd_command_exit_fd(t->cmd));
+}
+
+void pump_reply_exit(hvd_call **call, int exit_code) {
+    hvd_call *c = *call;
+    *call = NULL; /* before replying: a failed send cancels (and frees) the call */
+    hvd_exit_msg ex = {.exit_code = exit_code};
+    hvd_call_reply(c, &hvd_exit_desc, &ex);
+}
+
+static void check_end(hvd_task *t) {
+    if (!t->cmd || !t->exit_seen || t->ended) return;
+    for (int i = 0; i < 2; i++)
+        if (t->pipes[i].fd >= 0 || t->pipes[i].off < t->pipes[i].len) return;
+    int code = 0;
+    int r = hvd_command_reap(t->cmd, &code);
+    if (r == 1) return; /* not expected once the exit fd fired */
+    if (r < 0) {
+        task_log(t, HVD_LOG_ERROR, "cannot collect the command's exit status: %s", strerror(errno));
+        code = 255;
+    }
+    pthread_mutex_lock(&t->mu);
+    t->ended = true;
+    t->exit_code = code;
+    t->ended_ms = task_now_ms();
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    task_log(t, HVD_LOG_INFO, "the command ended with exit code %d", code);
+
+    for (task_sub *s = t->subs; s; s = s->next)
+        if (s->call) pump_reply_exit(&s->call, code);
+    for (task_waiter *w = t->waiters; w; w = w->next)
+        if (w->call) pump_reply_exit(&w->call, code);
+    pump_call_gone(t);
+}
+
+static void loop_tidy(void *arg) {
+    hvd_task *t = arg;
+    t->tidy_posted = false;
+    pump_sweep(t);
+    pump_resume(t);
+}
+
+void pump_call_gone(hvd_task *t) {
+    if (t->tidy_posted || t->loop_stopping) return;
+    if (hvd_server_post(t->srv, loop_tidy, t) == 0) t->tidy_posted = true;
+}
+
+void pump_sweep(hvd_task *t) {
+    for (task_sub **pp = &t->subs; *pp;) {
+        task_sub *s = *pp;
+        if (s->call) {
+            pp = &s->next;
+            continue;
+        }
+        *pp = s->next;
+        free(s);
+    }
+    for (task_waiter **pp = &t->waiters; *pp;) {
+        task_waiter *w = *pp;
+        if (w->call) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        free(w);
+    }
+}

@@ -1,0 +1,423 @@
+/* libhvd_task: start (identity, server, registration with the driver), stop, results and
+ * logging. See include/hvd/task.h and task_internal.h. */
+#include <errno.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "env.h"
+#include "hvd/proto.h"
+#include "task_internal.h"
+
+extern char **environ;
+
+#define DEFAULT_START_TIMEOUT_MS 600000
+#define DEFAULT_GRACE_MS         5000
+#define DEFAULT_MIN_LIFETIME_MS  3000
+#define REGISTER_PROBE_MS        3000 /* budget of one attempt to reach the driver */
+#define BACKOFF_FIRST_MS         100
+#define BACKOFF_MAX_MS           2000
+
+int64_t task_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+void task_log(hvd_task *t, int level, const char *fmt, ...) {
+    if (!t->cfg.log || level > t->cfg.log_level) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    t->cfg.log(t->cfg.log_user, level, line);
+}
+
+bool task_wait_until(hvd_task *t, int64_t deadline_ms) {
+    if (deadline_ms < 0) {
+        pthread_cond_wait(&t->cv, &t->mu);
+        return true;
+    }
+    int64_t now = task_now_ms();
+    if (now >= deadline_ms) return false;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t left = deadline_ms - now;
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    return task_now_ms() < deadline_ms;
+}
+
+hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err) {
+    hvd_client_config cc = {.service = HVD_DRIVER_SERVICE,
+                            .secret = t->cfg.secret,
+                            .addrs = t->driver_addrs,
+                            .naddrs = t->n_driver_addrs,
+                            .probe_timeout_ms = timeout_ms};
+    hvd_client *c = hvd_client_connect(&cc, err);
+    hvd_secret_wipe(&cc.secret);
+    return c;
+}
+
+void task_info(const hvd_task *t, hvd_task_info *info) {
+    *info = (hvd_task_info){.index = t->cfg.index,
+                            .host_hash = (char *)t->host_hash,
+                            .addrs = {t->addrs, t->naddrs},
+                            .gpus = {t->gpus, t->ngpus},
+                            .work_dir = t->work_dir};
+}
+
+/* ---- Start ----------------------------------------------------------------------------------- */
+
+static void free_strv(char **v) {
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* GPUs: the configured list, else CUDA_VISIBLE_DEVICES split on ',', else none. */
+static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
+    size_t cap = 0;
+    const char *env = getenv("CUDA_VISIBLE_DEVICES");
+    if (cfg_gpus) {
+        while (cfg_gpus[cap])
+            cap++;
+    } else if (env) {
+        cap = 1;
+        for (const char *p = env; *p; p++)
+            cap += *p == ',';
+    }
+    t->gpus = calloc(cap + 1, sizeof *t->gpus);
+    if (!t->gpus) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    if (cfg_gpus) {
+        for (size_t i = 0; i < cap; i++)
+            if (!(t->gpus[t->ngpus++] = strdup(cfg_gpus[i])))
+                return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return 0;
+    }
+    for (const char *p = env; p && *p;) {
+        size_t n = strcspn(p, ",");
+        size_t b = 0;
+        while (b < n && (p[b] == ' ' || p[b] == '\t'))
+            b++;
+        size_t e = n;
+        while (e > b && (p[e - 1] == ' ' || p[e - 1] == '\t'))
+            e--;
+        if (e > b && !(t->gpus[t->ngpus++] = strndup(p + b, e - b)))
+            return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        p += n;
+        if (*p == ',') p++;
+    }
+    return 0;
+}
+
+/* Open MPI's shared-memory BTL names its segment files in /dev/shm after the real hostname,
+ * the job id and the local rank, so two host hashes on one machine (several executors of a
+ * machine each with its own host hash, or test "hosts") would open each other's files and
+ * crash. Each task service gives its command a private directory instead, unless the
+ * executor's environment already chose one. Returns the directory, or NULL. */
+static char *make_shm_dir(char *const *base) {
+    if (hvd_env_get(base, "OMPI_MCA_btl_vader_backing_directory")) return NULL;
+    const char *tmp = getenv("TMPDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/hvd-task-XXXXXX",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (tmp && *tmp ? tmp : "/tmp"));
+    return mkdtemp(path) ? strdup(path) : NULL;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* The command's base environment: the executor's plus what every command of the job gets. */
+static int init_env(hvd_task *t, char *const *base, hvd_err *err) {
+    char secret[45], index[16];
+    if (!base) base = environ;
+    t->shm_dir = make_shm_dir(base);
+    hvd_secret_to_base64(&t->cfg.secret, secret);
+    snprintf(index, sizeof index, "%u", t->cfg.index);
+    hvd_env_change ch[] = {
+        {HVD_SECRET_ENV, secret},         {HVD_DRIVER_ADDRS_ENV, t->driver_text},
+        {HVD_HOSTNAME_ENV, t->host_hash}, {HVD_WORK_DIR_ENV, t->work_dir},
+        {HVD_TASK_INDEX_ENV, index},      {"OMPI_MCA_btl_vader_backing_directory", t->shm_dir},
+    };
+    size_t n = sizeof ch / sizeof ch[0] - (t->shm_dir ? 0 : 1);
+    t->cmd_env = hvd_env_build(base, ch, n, err);
+    memset(secret, 0, sizeof secret);
+    return t->cmd_env ? 0 : -1;
+}
+
+static int init_identity(hvd_task *t, const hvd_task_config *cfg, hvd_err *err) {
+    if (cfg->host_hash) {
+        if (!hvd_host_hash_valid(cfg->host_hash))
+            return hvd_err_set(err, HVD_E_INVALID,
+                               "invalid host hash '%.64s': use 1 to 127 characters of "
+                               "[A-Za-z0-9_-]",
+                               cfg->host_hash);
+        snprintf(t->host_hash, sizeof t->host_hash, "%s", cfg->host_hash);
+    } else if (hvd_host_hash(t->host_hash, NULL, err) != 0) {
+        return -1;
+    }
+    if (init_gpus(t, cfg->gpus, err) != 0) return -1;
+    t->work_dir = cfg->work_dir ? strdup(cfg->work_dir) : getcwd(NULL, 0);
+    if (!t->work_dir)
+        return hvd_err_set(err, HVD_E_INTERNAL, "cannot get the working directory: %s",
+                           strerror(errno));
+    t->driver_addrs = malloc(cfg->n_driver_addrs * sizeof *t->driver_addrs);
+    if (!t->driver_addrs) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    memcpy(t->driver_addrs, cfg->driver_addrs, cfg->n_driver_addrs * sizeof *t->driver_addrs);
+    t->n_driver_addrs = cfg->n_driver_addrs;
+    t->driver_text = hvd_addrs_format(t->driver_addrs, t->n_driver_addrs);
+    if (!t->driver_text) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    return 0;
+}
+
+/* Whether an error from the driver is worth another try. */
+static bool transient(int code) {
+    return code == HVD_E_IO || code == HVD_E_TIMEOUT;
+}
+
+/* REGISTER_TASK, retried with backoff until the start timeout. */
+static int register_task(hvd_task *t, hvd_err *err) {
+    hvd_task_info info;
+    task_info(t, &info);
+    int64_t t0 = task_now_ms();
+    int64_t deadline = t0 + t->cfg.start_timeout_ms;
+    int backoff = BACKOFF_FIRST_MS, attempts = 0;
+    hvd_err last = {0, ""};
+    for (;;) {
+        attempts++;
+        int64_t left = deadline - task_now_ms();
+        int budget = left < REGISTER_PROBE_MS ? (int)(left > 100 ? left : 100) : REGISTER_PROBE_MS;
+        hvd_client *d = task_driver_connect(t, budget, &last);
+        if (d) {
+            int rc = hvd_client_call(d, &hvd_register_task_desc, &info, &hvd_ack_desc, NULL, 0,
+                                     HVD_CALL_RETRY, &last);
+            hvd_client_close(d);
+            if (rc == 0) {
+                task_log(t, HVD_LOG_INFO, "registered with the driver as host %s (%zu addresses%s)",
+                         t->host_hash, t->naddrs, attempts > 1 ? ", after retrying" : "");
+                return 0;
+            }
+        }
+        if (!transient(last.code))
+            return hvd_err_set(err, last.code, "%s cannot register with the driver at %s: %s",
+                               t->name, t->driver_text, last.msg);
+        if (task_now_ms() + backoff >= deadline)
+            return hvd_err_set(err, HVD_E_TIMEOUT,
+                               "%s could not register with the driver at %s within %d s (%d "
+                               "attempts): %s",
+                               t->name, t->driver_text, t->cfg.start_timeout_ms / 1000, attempts,
+                               last.msg);
+        if (attempts == 1)
+            task_log(t, HVD_LOG_WARN, "the driver is not reachable yet, retrying: %s", last.msg);
+        sleep_ms(backoff);
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+    }
+}
+
+/* Frees what start allocated (the server must be stopped, or never started). */
+static void task_free(hvd_task *t) {
+    /* The writer may still post to the server until it is destroyed: it goes first. */
+    hvd_local_out_destroy(t->local);
+    hvd_server_destroy(t->srv);
+    hvd_command_free(t->cmd);
+    while (t->subs) {
+        task_sub *s = t->subs;
+        t->subs = s->next;
+        free(s);
+    }
+    while (t->waiters) {
+        task_waiter *w = t->waiters;
+        t->waiters = w->next;
+        free(w);
+    }
+    free(t->fbuf);
+    free(t->pipes[0].buf);
+    free(t->pipes[1].buf);
+    hvd_msg_free(&hvd_result_desc, &t->result);
+    hvd_msg_free(&hvd_registration_done_desc, &t->peers);
+    hvd_env_free(t->cmd_env);
+    free_strv(t->gpus);
+    free(t->work_dir);
+    if (t->shm_dir) nftw(t->shm_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    free(t->shm_dir);
+    free(t->driver_addrs);
+    free(t->driver_text);
+    free(t->addrs);
+    if (t->abort_efd >= 0) close(t->abort_efd);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+    hvd_secret_wipe(&t->cfg.secret);
+    free(t);
+}
+
+hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
+    if (!cfg || !cfg->driver_addrs || cfg->n_driver_addrs == 0) {
+        hvd_err_set(err, HVD_E_INVALID,
+                    "no driver address: a task service needs the driver's addresses (%s)",
+                    HVD_DRIVER_ADDRS_ENV);
+        return NULL;
+    }
+    hvd_task *t = calloc(1, sizeof *t);
+    if (!t) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
+    }
+    t->cfg = *cfg;
+    t->cfg.driver_addrs = NULL;
+    t->cfg.host_hash = NULL;
+    t->cfg.gpus = NULL;
+    t->cfg.work_dir = NULL;
+    t->cfg.base_env = NULL;
+    t->cfg.nics = NULL;
+    if (t->cfg.start_timeout_ms <= 0) t->cfg.start_timeout_ms = DEFAULT_START_TIMEOUT_MS;
+    if (t->cfg.grace_ms <= 0) t->cfg.grace_ms = DEFAULT_GRACE_MS;
+    if (t->cfg.min_lifetime_ms == 0) t->cfg.min_lifetime_ms = DEFAULT_MIN_LIFETIME_MS;
+    if (t->cfg.min_lifetime_ms < 0) t->cfg.min_lifetime_ms = 0;
+    hvd_task_service_name(cfg->index, t->name);
+    t->abort_efd = -1;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&t->mu, NULL);
+    atomic_init(&t->probe_cancel, false);
+    atomic_init(&t->probe_finished, false);
+    t->pipes[0].fd = t->pipes[1].fd = -1;
+
+    if (init_identity(t, cfg, err) != 0) goto fail;
+    t->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (t->abort_efd < 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    hvd_server_config sc = {.name = t->name, .secret = t->cfg.secret};
+    t->srv = hvd_server_create(&sc, err);
+    hvd_secret_wipe(&sc.secret);
+    if (!t->srv) goto fail;
+    if (task_handlers_register(t) != 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot register its request handlers", t->name);
+        goto fail;
+    }
+    if (hvd_server_addrs(t->srv, cfg->nics, &t->addrs, &t->naddrs, err) != 0) {
+        hvd_err_prefix(err, "%s: ", t->name);
+        goto fail;
+    }
+    if (init_env(t, cfg->base_env, err) != 0) goto fail;
+    if (hvd_server_start(t->srv, err) != 0) goto fail;
+    if (register_task(t, err) != 0) goto fail;
+    return t;
+fail:
+    task_free(t);
+    return NULL;
+}
+
+/* ---- Results and accessors ------------------------------------------------------------------- */
+
+int hvd_task_result(hvd_task *t, hvd_result_msg *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&t->mu);
+    if (!t->has_result) {
+        pthread_mutex_unlock(&t->mu);
+        out->rank = -1;
+        out->index = t->cfg.index;
+        return 0;
+    }
+    /* A deep copy through the codec: the one place that knows the message's layout. */
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    int rc = hvd_msg_pack(&pk, &hvd_result_desc, &t->result);
+    pthread_mutex_unlock(&t->mu);
+    if (rc == 0) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t off = 0;
+        rc = msgpack_unpack_next(&u, sb.data, sb.size, &off) == MSGPACK_UNPACK_SUCCESS
+                 ? hvd_msg_unpack(&u.data, &hvd_result_desc, out, NULL)
+                 : -1;
+        msgpack_unpacked_destroy(&u);
+    }
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+uint16_t hvd_task_port(const hvd_task *t) {
+    return hvd_server_port(t->srv);
+}
+
+/* ---- Stop ------------------------------------------------------------------------------------ */
+
+/* Runs fn on the loop (or here if the loop is gone). */
+static void on_loop(hvd_task *t, hvd_loop_fn fn) {
+    if (hvd_server_post(t->srv, fn, t) != 0) fn(t);
+}
+
+void hvd_task_stop(hvd_task *t) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    t->stopping = true;
+    bool probe = t->probe_running;
+    t->probe_running = false;
+    pthread_mutex_unlock(&t->mu);
+    atomic_store(&t->probe_cancel, true);
+    if (probe) pthread_join(t->probe_thread, NULL);
+
+    /* A command still running is aborted; its exit code is then still answered. */
+    pthread_mutex_lock(&t->mu);
+    if (t->started && !t->ended) {
+        pthread_mutex_unlock(&t->mu);
+        on_loop(t, task_loop_abort);
+        pthread_mutex_lock(&t->mu);
+        int64_t deadline = task_now_ms() + t->cfg.grace_ms + 5000;
+        while (!t->ended && task_wait_until(t, deadline)) {
+        }
+        if (!t->ended)
+            task_log(t, HVD_LOG_WARN, "the command has not ended %d ms after the abort",
+                     t->cfg.grace_ms + 5000);
+    }
+    /* Late WAIT_EXIT calls (a sibling reconnecting) are answered for the minimum lifetime. */
+    if (t->ended) {
+        int64_t until = t->ended_ms + t->cfg.min_lifetime_ms;
+        while (task_wait_until(t, until)) {
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+
+    on_loop(t, task_loop_quiesce);
+    pthread_mutex_lock(&t->mu);
+    int64_t deadline = task_now_ms() + 2000;
+    while (!t->loop_quiesced && task_wait_until(t, deadline)) {
+    }
+    pthread_mutex_unlock(&t->mu);
+    hvd_server_stop(t->srv);
+    t->loop_stopping = true;
+    task_log(t, HVD_LOG_DEBUG, "stopped");
+    task_free(t);
+}
