@@ -21,6 +21,7 @@ while [ $# -gt 0 ]; do
 done
 
 bash scripts/install-deps.sh
+bash scripts/install-spark.sh >/dev/null # pyspark from PyPI, for the Spark test
 
 cc_args=()
 if [ -n "$sanitize" ]; then
