@@ -25,6 +25,14 @@ typedef struct launch_opts {
     const char *entry_arg; /* --entry-arg STR */
     char **command;        /* -- COMMAND ARGS... (NULL-terminated) */
     bool verbose;
+    const char *ssh_hosts;       /* --ssh-hosts h1:slots,...: start the tasks there over ssh */
+    int ssh_port;                /* --ssh-port (0: 22) */
+    const char *ssh_user;        /* --ssh-user (NULL: this user, or user@ in the host list) */
+    const char *ssh_identity;    /* --ssh-identity FILE (NULL: ssh-agent, ~/.ssh/id_*) */
+    const char *ssh_known_hosts; /* --ssh-known-hosts FILE (NULL: ~/.ssh/known_hosts) */
+    bool ssh_accept_new;         /* --ssh-accept-new: add unknown host keys (never changed ones) */
+    const char *ssh_bin_dir;     /* --ssh-bin-dir DIR: hvd-task/hvd-exec there (NULL: ours) */
+    bool ssh_fake_hosts;         /* --ssh-fake-hosts (tests): the hosts are all this machine */
 } launch_opts;
 
 /* Where the launcher keeps its files: a private 0700 directory with the secret file and, in
@@ -47,6 +55,31 @@ int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *d
 
 /* Waits up to grace_ms for the tasks to exit, then kills what is left; reaps everything. */
 void local_tasks_stop(local_tasks *lt, int grace_ms);
+
+/* Task services started over ssh (--ssh-hosts): one session per host, run by a thread each
+ * (launcher_ssh.c). */
+typedef struct ssh_tasks ssh_tasks;
+
+/* Checks --ssh-hosts against -np without connecting anywhere; -np 0 (not given) becomes the
+ * number of slots. Returns 0, or -1 with err. */
+int ssh_hosts_check(launch_opts *o, hvd_err *err);
+
+/* Starts the np hvd-task processes on the --ssh-hosts hosts, one session per host, tasks
+ * numbered host by host in order. The job secret (HVD_SECRET in this process's environment)
+ * goes through each session's stdin, the driver's addresses on its command line. A session
+ * that fails or ends early makes hvd_driver_wait_registration fail with its reason, and so
+ * does SIGINT/SIGTERM/SIGHUP (handled from now until ssh_tasks_stop). Returns the handle, or
+ * NULL with err (nothing left started). */
+ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, const char *driver_addrs,
+                           hvd_err *err);
+
+/* After hvd_driver_shutdown_tasks: waits up to grace_ms for the sessions to end, ends the
+ * rest (SIGTERM to the remote tasks' process group), closes every session, then kills what
+ * is left of the job on each host and removes its files there. NULL is ignored. */
+void ssh_tasks_stop(ssh_tasks *st, int grace_ms);
+
+/* With --ssh-bin-dir: points mpirun's hvd-exec (the last word of argv) at that directory. */
+int ssh_tasks_fix_argv(const launch_opts *o, char **mpi_argv, hvd_err *err);
 
 /* Prints the summary table and writes the JSON file if asked. Returns the process exit
  * status: 0 if mpirun and every rank succeeded, else non-zero with a line naming the first

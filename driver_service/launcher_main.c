@@ -13,8 +13,8 @@
 #include "launcher.h"
 
 static const char USAGE[] =
-    "usage: hvd-driver run -np N [--local H] [options] (--entry LIB.so:SYMBOL [--entry-arg S]\n"
-    "                                                   | -- COMMAND [ARGS...])\n"
+    "usage: hvd-driver run -np N [--local H | --ssh-hosts H:S,...] [options]\n"
+    "                      (--entry LIB.so:SYMBOL [--entry-arg S] | -- COMMAND [ARGS...])\n"
     "       hvd-driver serve -np N --env-file FILE [options] (--entry ... | -- COMMAND ...)\n"
     "\n"
     "Runs an MPI job whose ranks live inside task services (executors), through mpirun and\n"
@@ -29,6 +29,8 @@ static const char USAGE[] =
     "  With --local H the N task services are started here, on H fake hosts (the embedded\n"
     "  default for trying things out); without it, hvd-driver prints how to start them\n"
     "  elsewhere and waits.\n"
+    "  With --ssh-hosts the task services are started over ssh on plain hosts (no Spark):\n"
+    "  one hvd-task per slot, numbered host by host in the order given, stopped at the end.\n"
     "serve: starts the driver service, waits for the N tasks, and writes FILE for the shell:\n"
     "  HVD_DRIVER_ADDRS, HVD_SECRET_FILE, HVD_HOSTS (the -H list), HVD_IFACES, HVD_RSH,\n"
     "  HVD_EXEC, HVD_NP and HVD_MPIRUN_ARGS, so that you can type your own\n"
@@ -37,8 +39,23 @@ static const char USAGE[] =
     "  It exits once every rank reported a result (printing the table), or on Ctrl-C.\n"
     "\n"
     "Options:\n"
-    "  -np N               number of tasks, and of ranks (one rank per task)\n"
+    "  -np N               number of tasks, and of ranks (one rank per task); with\n"
+    "                      --ssh-hosts, the number of slots by default\n"
     "  --local H           start the N task services on this machine, on H fake hosts\n"
+    "  --ssh-hosts LIST    start the task services over ssh: LIST is [user@]host[:slots],...\n"
+    "                      (slots default 1; N must not exceed their sum). The secret goes\n"
+    "                      through each session's stdin, never on a command line\n"
+    "  --ssh-port P        ssh port (default 22)\n"
+    "  --ssh-user U        login name (default: yours; user@host in LIST wins)\n"
+    "  --ssh-identity F    private key file, tried after ssh-agent's keys (default\n"
+    "                      ~/.ssh/id_ed25519, id_ecdsa, id_rsa)\n"
+    "  --ssh-known-hosts F known_hosts file (default ~/.ssh/known_hosts, and\n"
+    "                      /etc/ssh/ssh_known_hosts); host keys are always checked\n"
+    "  --ssh-accept-new    add unknown host keys to it (a changed key is still refused)\n"
+    "  --ssh-bin-dir DIR   where hvd-task and hvd-exec are on the hosts (default: the\n"
+    "                      directory of this hvd-driver)\n"
+    "  --ssh-fake-hosts    for tests: the hosts are all this machine (loopback addresses);\n"
+    "                      give each its own host hash and Open MPI shared-memory directory\n"
     "  --entry LIB.so:SYM  entry point: a shared object shipped to the ranks as bytes, SYM an\n"
     "                      hvd_entry_fn (include/hvd/entry.h)\n"
     "  --entry-arg STR     argument bytes for the shared-object entry point\n"
@@ -58,7 +75,8 @@ static const char USAGE[] =
     "a line naming that rank, its task, its host and its error text.\n"
     "\n"
     "Example:\n"
-    "  hvd-driver run -np 4 --local 2 -- hostname\n";
+    "  hvd-driver run -np 4 --local 2 -- hostname\n"
+    "  hvd-driver run -np 4 --ssh-hosts node1:2,node2:2 --entry ./train.so:train\n";
 
 static int usage_error(const char *what) {
     fprintf(stderr, "hvd-driver: %s (see hvd-driver --help)\n", what);
@@ -91,6 +109,12 @@ static int parse(int argc, char **argv, launch_opts *o) {
         } else if (!strcmp(a, "--verbose")) {
             o->verbose = true;
             continue;
+        } else if (!strcmp(a, "--ssh-accept-new")) {
+            o->ssh_accept_new = true;
+            continue;
+        } else if (!strcmp(a, "--ssh-fake-hosts")) {
+            o->ssh_fake_hosts = true;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "hvd-driver: %s needs a value (see hvd-driver --help)\n", a);
@@ -117,10 +141,28 @@ static int parse(int argc, char **argv, launch_opts *o) {
             o->entry = v;
         else if (!strcmp(a, "--entry-arg"))
             o->entry_arg = v;
+        else if (!strcmp(a, "--ssh-hosts"))
+            o->ssh_hosts = v;
+        else if (!strcmp(a, "--ssh-port")) {
+            o->ssh_port = atoi(v);
+            if (o->ssh_port < 1 || o->ssh_port > 65535 || strspn(v, "0123456789") != strlen(v))
+                return usage_error("--ssh-port must be a number from 1 to 65535");
+        } else if (!strcmp(a, "--ssh-user"))
+            o->ssh_user = v;
+        else if (!strcmp(a, "--ssh-identity"))
+            o->ssh_identity = v;
+        else if (!strcmp(a, "--ssh-known-hosts"))
+            o->ssh_known_hosts = v;
+        else if (!strcmp(a, "--ssh-bin-dir"))
+            o->ssh_bin_dir = v;
         else {
             fprintf(stderr, "hvd-driver: unknown option %s (see hvd-driver --help)\n", a);
             return 2;
         }
+    }
+    if (o->ssh_hosts && o->np >= 0) {
+        hvd_err err;
+        if (ssh_hosts_check(o, &err) != 0) return usage_error(err.msg);
     }
     if (o->np < 1) return usage_error("-np N must be at least 1");
     if (o->local_hosts < 0 || o->local_hosts > o->np)
@@ -131,6 +173,11 @@ static int parse(int argc, char **argv, launch_opts *o) {
     if (o->entry_arg && !o->entry) return usage_error("--entry-arg goes with --entry");
     if (o->serve && !o->env_file) return usage_error("serve needs --env-file FILE");
     if (o->serve && o->local_hosts) return usage_error("serve does not start local tasks");
+    if (o->ssh_hosts && o->local_hosts)
+        return usage_error("--local and --ssh-hosts exclude each other");
+    if (!o->ssh_hosts && (o->ssh_port || o->ssh_user || o->ssh_identity || o->ssh_known_hosts ||
+                          o->ssh_accept_new || o->ssh_bin_dir || o->ssh_fake_hosts))
+        return usage_error("the --ssh-* options go with --ssh-hosts");
     return 0;
 }
 
@@ -223,7 +270,8 @@ static int write_env_file(const launch_opts *o, const launch_dir *dir, const cha
         fprintf(f, "%s%s", i ? "," : "", ifaces[i]);
     fprintf(f, "'\n");
     fprintf(f, "export HVD_RSH='%s/hvd-rsh'\n", hvd_launch_bin_dir());
-    fprintf(f, "export HVD_EXEC='%s/hvd-exec'\n", hvd_launch_bin_dir());
+    fprintf(f, "export HVD_EXEC='%s/hvd-exec'\n",
+            o->ssh_bin_dir ? o->ssh_bin_dir : hvd_launch_bin_dir());
     fprintf(f, "export HVD_NP=%d\n", o->np);
     /* Arguments every hvd-bridge mpirun wants: no DNS queries for host hashes, no stdin. */
     fprintf(f, "export HVD_MPIRUN_ARGS='-mca if_base_do_not_resolve 1 --stdin none'\n");
@@ -298,6 +346,7 @@ int main(int argc, char **argv) {
     hvd_secret_wipe(&secret);
     hvd_secret_wipe(&cfg.secret);
     local_tasks lt = {0};
+    ssh_tasks *sshl = NULL;
     char **ifaces = NULL, **mpi = NULL, *hosts = NULL, *addr_text = NULL;
     rc = 1;
     if (!d) {
@@ -317,6 +366,11 @@ int main(int argc, char **argv) {
     if (o.local_hosts > 0) {
         if (local_tasks_start(&lt, &o, &dir, &err) != 0) {
             fprintf(stderr, "hvd-driver: cannot start the local task services: %s\n", err.msg);
+            goto out;
+        }
+    } else if (o.ssh_hosts) {
+        if (!(sshl = ssh_tasks_start(&o, d, addr_text, &err))) {
+            fprintf(stderr, "hvd-driver: cannot start the task services over ssh: %s\n", err.msg);
             goto out;
         }
     } else {
@@ -363,7 +417,7 @@ int main(int argc, char **argv) {
                             .verbose = o.verbose,
                             .forward_signals = true};
     mpi = hvd_launch_argv(d, &lc, ifaces, &err);
-    if (!mpi) {
+    if (!mpi || ssh_tasks_fix_argv(&o, mpi, &err) != 0) {
         fprintf(stderr, "hvd-driver: %s\n", err.msg);
         goto out;
     }
@@ -377,6 +431,7 @@ int main(int argc, char **argv) {
 out:
     if (d) hvd_driver_shutdown_tasks(d);
     if (lt.n) local_tasks_stop(&lt, 5000);
+    ssh_tasks_stop(sshl, 5000);
     hvd_driver_stop(d);
     hvd_launch_free_argv(mpi);
     free_strv(ifaces);

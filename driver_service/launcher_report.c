@@ -62,9 +62,11 @@ static int write_json(const char *path, const hvd_rank_result *r, size_t n, int 
 /* The result bytes as one short line when they are printable text, else their size. */
 static void printable_result(const hvd_rank_result *r, char *out, size_t cap) {
     size_t n = r->len;
-    while (n > 0 && (r->data[n - 1] == '\n' || r->data[n - 1] == '\r')) n--;
+    while (n > 0 && (r->data[n - 1] == '\n' || r->data[n - 1] == '\r'))
+        n--;
     bool text = true;
-    for (size_t i = 0; i < n && text; i++) text = r->data[i] >= 0x20 && r->data[i] < 0x7f;
+    for (size_t i = 0; i < n && text; i++)
+        text = r->data[i] >= 0x20 && r->data[i] < 0x7f;
     if (n == 0)
         out[0] = '\0';
     else if (!text)

@@ -737,7 +737,10 @@ static int authenticate(ssh_conn *c) {
 
 /* ---- the command -------------------------------------------------------------------------- */
 
-static int open_exec(ssh_conn *c, const char *command, LIBSSH2_CHANNEL **out) {
+/* Opens a session channel and runs command on it; then sends `input` (len bytes, may be 0)
+ * as the command's stdin, and EOF. */
+static int open_exec(ssh_conn *c, const char *command, const void *input, size_t len,
+                     LIBSSH2_CHANNEL **out) {
     const char *step = "channel";
     int64_t deadline = now_ms() + c->timeout_ms;
     LIBSSH2_CHANNEL *ch;
@@ -753,7 +756,21 @@ static int open_exec(ssh_conn *c, const char *command, LIBSSH2_CHANNEL **out) {
     RETRY(c, deadline, step, rc, libssh2_channel_exec(ch, command));
     if (rc != 0)
         return fail(c, HVD_E_IO, step, "the server refused to run the command: %s", ssh_errmsg(c));
-    /* The command gets EOF on stdin at once, as with `ssh -n`. */
+    /* The command itself (not the kill channel of kill_exec) is now running. */
+    if (c->opt->started && out == &c->channel)
+        __atomic_store_n(c->opt->started, 1, __ATOMIC_RELEASE);
+    for (size_t sent = 0; sent < len;) {
+        ssize_t n;
+        while ((n = libssh2_channel_write(ch, (const char *)input + sent, len - sent)) ==
+               LIBSSH2_ERROR_EAGAIN) {
+            int w = wait_session(c, deadline, step);
+            if (w < 0) return w;
+        }
+        if (n < 0)
+            return fail(c, HVD_E_IO, step, "cannot send the command's input: %s", ssh_errmsg(c));
+        sent += (size_t)n;
+    }
+    /* Then EOF on stdin (at once without input, as with `ssh -n`). */
     RETRY(c, deadline, step, rc, libssh2_channel_send_eof(ch));
     if (rc != 0)
         return fail(c, HVD_E_IO, step, "cannot close the command's stdin: %s", ssh_errmsg(c));
@@ -821,7 +838,7 @@ static void kill_exec(ssh_conn *c, run_state *st, const char *signame) {
     hvd_err *saved = c->err;
     hvd_err scratch;
     c->err = &scratch; /* failures here are reported through st->action only */
-    int rc = open_exec(c, cmd, &ch);
+    int rc = open_exec(c, cmd, NULL, 0, &ch);
     int64_t deadline = now_ms() + KILL_EXEC_MS;
     if (rc == 0) {
         char buf[256];
@@ -1099,7 +1116,7 @@ int hvd_ssh_run(const hvd_ssh_options *opt, const char *command, int out_fd, int
     if (rc == 0) rc = authenticate(&c);
     if (rc == 0) {
         debug(&c, "running: %s", command);
-        rc = open_exec(&c, command, &c.channel);
+        rc = open_exec(&c, command, opt->stdin_data, opt->stdin_len, &c.channel);
     }
     if (rc == 0) rc = run_command(&c, out_fd, err_fd, &st, &status);
     teardown(&c);

@@ -26,7 +26,9 @@
  * an RSA host key cannot be reached (OpenSSH 8.8+ would not accept its "ssh-rsa" either).
  *
  * Stdin: the remote command's stdin is closed at once (like `ssh -n`); hvd-rsh's own stdin is
- * /dev/null under mpirun anyway. No pty is requested, so stdout and stderr stay separate.
+ * /dev/null under mpirun anyway. A caller may give a few bytes to send first (stdin_data), for
+ * what must not appear on the remote command line, such as a job secret. No pty is requested,
+ * so stdout and stderr stay separate.
  *
  * Interrupt (interrupt_fd readable; the caller's self-pipe for SIGTERM/SIGINT/SIGHUP; never
  * read here): see hvd_ssh_run. */
@@ -78,6 +80,14 @@ typedef struct hvd_ssh_options {
 
     int verbose; /* > 0: progress lines ("hvd-rsh: debug1: ...") on err_fd */
     bool quiet;  /* no warnings (such as "Permanently added ...") on err_fd */
+
+    const void *stdin_data; /* sent as the command's stdin, then EOF; NULL/0 = EOF at once. Keep
+                               it within the channel window (a few KiB): it is written before
+                               any output is read */
+    size_t stdin_len;       /* bytes in stdin_data */
+    int *started;           /* if non-NULL: set to 1 (atomic store) as soon as the server has
+                               accepted the command, so that a caller can tell "failed before
+                               anything ran" from "ran"; never reset */
 } hvd_ssh_options;
 
 /* Sets the defaults: everything zero/NULL except use_agent = true. */

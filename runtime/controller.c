@@ -454,7 +454,8 @@ int rt_controller_negotiate(rt_controller *c, uint32_t my_flags, const rt_reques
                              : derr.msg);
             resp_len = -1;
         } else {
-            rt_response_list view = {out->v + first_new, out->n - first_new, 0};
+            /* out->v may still be NULL (nothing decided yet): no pointer arithmetic on it. */
+            rt_response_list view = {out->v ? out->v + first_new : NULL, out->n - first_new, 0};
             rt_encode_responses(&resp, &view);
             resp_len = (int64_t)resp.len;
         }

@@ -377,6 +377,44 @@ static void test_exec_basic(void) {
     free_result(&r);
 }
 
+/* stdin_data reaches the command's stdin, then EOF; `started` tells whether it ran. */
+static void test_stdin_and_started(void) {
+    char kh[300];
+    good_known_hosts(kh, sizeof(kh), "kh_stdin");
+    topts t;
+    make_opts(&t, kh);
+    int started = 0;
+    t.o.started = &started;
+    t.o.stdin_data = "secret-line\nmore";
+    t.o.stdin_len = strlen("secret-line\nmore");
+    result r = run(&t.o, "IFS= read -r s; echo \"got [$s]\"; cat; echo; echo eof", -1);
+    CHECK(r.rc == 0 && r.exit_code == 0 && started == 1);
+    CHECK_MSG(r.out && !strcmp(r.out, "got [secret-line]\nmore\neof\n"), "stdout [%s]", r.out);
+    free_result(&r);
+
+    /* more than one channel packet (32 KiB), all of it arrives */
+    size_t big = 100000;
+    char *buf = malloc(big);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    for (size_t i = 0; i < big; i++)
+        buf[i] = (char)('a' + i % 26);
+    t.o.stdin_data = buf;
+    t.o.stdin_len = big;
+    r = run(&t.o, "wc -c", -1);
+    CHECK(r.rc == 0 && r.exit_code == 0 && r.out && atol(r.out) == (long)big);
+    free_result(&r);
+    free(buf);
+
+    started = 0;
+    t.o.stdin_data = NULL;
+    t.o.stdin_len = 0;
+    t.ids[0] = other_key; /* refused: nothing ran */
+    r = run(&t.o, "true", -1);
+    CHECK(r.rc == -1 && started == 0);
+    free_result(&r);
+}
+
 static void test_exec_signal(void) {
     char kh[300];
     good_known_hosts(kh, sizeof(kh), "kh_signal");
@@ -895,6 +933,7 @@ int main(void) {
     setenv("HOME", home, 1);
 
     RUN(test_exec_basic);
+    RUN(test_stdin_and_started);
     RUN(test_exec_signal);
     RUN(test_large_output);
     RUN(test_unknown_and_accept_new);

@@ -1,0 +1,516 @@
+#!/usr/bin/env python3
+"""Jobs on plain ssh hosts, against real OpenSSH sshds (no mocks).
+
+    test_ssh_hosts.py --bin DIR --sshd-script S --probe-lib LIB --mpi-prog PROG CASE...
+
+Two fake hosts, 127.0.0.2 and 127.0.0.3 (not interface addresses: mpirun treats them as
+remote), each with its own sshd and host keys (fake_ssh_hosts.py). Cases:
+
+  rsh_mpirun            mpirun -mca plm_rsh_agent "hvd-rsh ..." in ssh mode (no driver):
+                        an MPI_Allreduce across both hosts, output checked
+  rsh_unknown_host_key  host not in known_hosts: refused, mpirun fails fast with the reason
+  rsh_changed_host_key  known_hosts holds another key for the host: refused likewise
+  rsh_wrong_user_key    a key the server does not accept: refused likewise
+  rsh_unreachable_port  nothing listens there: refused at once
+  driver_ssh_hosts      hvd-driver run --ssh-hosts 127.0.0.2:2,127.0.0.3:2 with the shared
+                        object entry point: results in rank order, each rank in the right task
+  driver_failing_rank   the same with rank 1 failing: exit 3, rank 1 named
+  driver_interrupt      SIGINT to hvd-driver while the ranks run
+  driver_killed         SIGKILL to hvd-driver while the ranks run
+  driver_sweep          a stray process of the job: the final sweep kills it
+  driver_ssh_refused    a wrong user key: hvd-driver fails fast, naming the host
+  driver_unresponsive_host  a host that accepts TCP and never answers: --start-timeout holds
+  driver_interrupt_starting SIGINT while that host keeps the job from starting
+  driver_bad_bin_dir    --ssh-bin-dir where hvd-task is not: fails fast, with a hint
+
+After every case nothing of the job may be left: no process whose environment holds the
+case's HVD_E2E_MARK (the test's own processes get it from their environment, the remote ones
+from sshd's SetEnv), no sshd session process (a session left open), and no job directory in
+the hosts' TMPDIRs. Prints "N passed, M failed" last; exits 77 if sshd cannot run here.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fake_ssh_hosts import FakeSshHosts, SshdUnavailable  # noqa: E402
+
+ARGS = None
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+# ---- processes ---------------------------------------------------------------------------
+
+def processes_with(mark):
+    needle = ("HVD_E2E_MARK=" + mark).encode()
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def parent_of(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def descendants(roots):
+    """Processes below the given pids (sshd's session processes below the listeners)."""
+    roots = set(roots)
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        p, n = int(pid), 0
+        while p and p > 1 and n < 64:
+            p = parent_of(p)
+            n += 1
+            if p in roots:
+                found.append(int(pid))
+                break
+    return found
+
+
+def describe(pids):
+    out = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                out.append("%d: %s" % (pid, f.read().replace(b"\0", b" ").decode(errors="replace")[:200]))
+        except OSError:
+            pass
+    return out
+
+
+def assert_nothing_left(mark, hosts, wait_s=15):
+    deadline = time.time() + wait_s
+    while True:
+        left = processes_with(mark) + descendants(hosts.pids)
+        dirs = [os.path.join(d, "tmp", n) for d in hosts.dirs for n in os.listdir(os.path.join(d, "tmp"))
+                if n.startswith("hvd-ssh.")]
+        if (not left and not dirs) or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    desc = describe(left)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    check(not desc, "processes of the job left behind:\n  " + "\n  ".join(desc))
+    check(not dirs, "job directories left on the hosts: %s" % dirs)
+
+
+# ---- running -----------------------------------------------------------------------------
+
+def marked_env(mark, **extra):
+    env = dict(os.environ)
+    env["HVD_E2E_MARK"] = mark
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    env["PATH"] = ARGS.bin + os.pathsep + env.get("PATH", "")
+    for k in ("HVD_SECRET", "HVD_SECRET_FILE", "HVD_DRIVER_ADDRS", "HVD_HOST_HASH", "SSH_AUTH_SOCK",
+              "HVD_RSH_VERBOSE"):
+        env.pop(k, None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+SANITIZER = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error: |WARNING: ThreadSanitizer")
+
+
+def no_sanitizer_reports(text):
+    """Sanitizer builds: a report anywhere in the output (remote tasks' included) fails."""
+    m = SANITIZER.search(text)
+    check(not m, "sanitizer report:\n" + text[max(0, m.start() - 200):m.start() + 3000] if m else "")
+
+
+def run(cmd, env, timeout=120, cwd=None):
+    t0 = time.time()
+    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL, timeout=timeout)
+    so, se = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    no_sanitizer_reports(so + se)
+    return p.returncode, so, se, time.time() - t0
+
+
+class Case:
+    """One case: a mark, a temp dir and two fake ssh hosts."""
+
+    def __enter__(self):
+        self.mark = uuid.uuid4().hex
+        self.tmp = tempfile.mkdtemp(prefix="hvd-ssh-test.")
+        self.hosts = FakeSshHosts(ARGS.sshd_script, self.tmp, mark=self.mark)
+        try:
+            self.hosts.start()
+        except SshdUnavailable as e:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise Skip(str(e))
+        self.env = marked_env(self.mark)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            assert_nothing_left(self.mark, self.hosts, wait_s=15 if exc[0] is None else 5)
+        except Failure:
+            if exc[0] is None:
+                raise  # else the case's own failure is the one to report
+        finally:
+            self.hosts.stop()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return False
+
+    def agent(self, known_hosts=None, key=None, port=None):
+        return "%s -p %d -i %s -o UserKnownHostsFile=%s -o ConnectTimeout=10" % (
+            os.path.join(ARGS.bin, "hvd-rsh"), port or self.hosts.port, key or self.hosts.key,
+            known_hosts or self.hosts.known_hosts)
+
+    def mpirun(self, hosts, np_, agent, prog, timeout=90):
+        cmd = ["mpirun", "--tag-output", "-np", str(np_), "-H", hosts, "-mca", "plm_rsh_agent", agent,
+               "-mca", "oob_tcp_if_include", "lo", "-mca", "btl_tcp_if_include", "lo",
+               "-mca", "pml", "ob1", "-mca", "btl", "self,vader,tcp", "--stdin", "none"] + prog
+        return run(cmd, self.env, timeout=timeout, cwd=self.tmp)
+
+    def driver(self, *args, key=None, extra=()):
+        return [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "4", "--ssh-hosts", "127.0.0.2:2,127.0.0.3:2",
+                "--ssh-port", str(self.hosts.port), "--ssh-identity", key or self.hosts.key,
+                "--ssh-known-hosts", self.hosts.known_hosts, "--ssh-fake-hosts",
+                "--start-timeout", "60"] + list(extra) + list(args)
+
+
+# ---- hvd-rsh in ssh mode under mpirun ----------------------------------------------------
+
+def test_rsh_mpirun():
+    with Case() as c:
+        rc, so, se, dt = c.mpirun("127.0.0.2:2,127.0.0.3:2", 4, c.agent(), [ARGS.mpi_prog])
+        check(rc == 0, "mpirun exited %d:\n%s\n%s" % (rc, so, se))
+        lines = sorted(l for l in so.splitlines() if "<stdout>:rank" in l)
+        check(len(lines) == 4, "4 ranks answered:\n" + so)
+        for r, l in enumerate(lines):
+            m = re.match(r"\[\d+,(\d+)\]<stdout>:rank (\d+) size 4 sum 10 host (\S+)$", l)
+            check(m and int(m.group(1)) == r and int(m.group(2)) == r, "rank %d's line: %r" % (r, l))
+            want = "127.0.0.2" if r < 2 else "127.0.0.3"
+            check(m.group(3) == want, "rank %d ran on %s, not %s" % (r, m.group(3), want))
+
+
+def refused(c, agent, expect, hosts="127.0.0.2:1", np_=1):
+    rc, so, se, dt = c.mpirun(hosts, np_, agent, ["/bin/true"], timeout=60)
+    out = so + se
+    check(rc != 0, "mpirun must fail, exited 0:\n" + out)
+    check(dt < 20, "mpirun took %.1f s to fail" % dt)
+    line = [l for l in out.splitlines() if l.startswith("hvd-rsh: ")]
+    check(line and re.search(expect, line[0]), "the agent says why (%s):\n%s" % (expect, out))
+    return line[0]
+
+
+def test_rsh_unknown_host_key():
+    with Case() as c:
+        kh = os.path.join(c.tmp, "kh_other")
+        c.hosts.write_known_hosts(kh, hosts=[1])  # only 127.0.0.3 is known
+        refused(c, c.agent(known_hosts=kh), r"127\.0\.0\.2.*host key verification: no host key is known")
+
+
+def test_rsh_changed_host_key():
+    with Case() as c:
+        kh = os.path.join(c.tmp, "kh_changed")
+        with open(kh, "w") as f:  # 127.0.0.2 listed with the keys of 127.0.0.3
+            f.writelines(c.hosts.host_key_lines(1, host="127.0.0.2"))
+        refused(c, c.agent(known_hosts=kh), r"127\.0\.0\.2.*host key for \S+ has changed")
+
+
+def test_rsh_wrong_user_key():
+    with Case() as c:
+        refused(c, c.agent(key=c.hosts.other_key), r"authentication: permission denied \(publickey\)")
+
+
+def test_rsh_unreachable_port():
+    with Case() as c:
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.2", 0))
+        closed = s.getsockname()[1]
+        s.close()
+        refused(c, c.agent(port=closed), r"connect: .*Connection refused", hosts="127.0.0.2:1,127.0.0.3:1",
+                np_=2)
+
+
+# ---- hvd-driver --ssh-hosts --------------------------------------------------------------
+
+def parse_result(text):
+    return dict(kv.split("=", 1) for kv in text.split())
+
+
+def test_driver_ssh_hosts():
+    with Case() as c:
+        out = os.path.join(c.tmp, "results.json")
+        rc, so, se, dt = run(c.driver("--results-json", out, "--entry", ARGS.probe_lib + ":probe_entry"),
+                             c.env, cwd=c.tmp)
+        check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        with open(out) as f:
+            ranks = json.load(f)["ranks"]
+        check([r["rank"] for r in ranks] == [0, 1, 2, 3], "results in rank order: %s" % ranks)
+        for r in ranks:
+            check(r["reported"] and r["status"] == 0, "rank %d succeeded: %s" % (r["rank"], r))
+            info = parse_result(r["result_text"])
+            check(int(info["rank"]) == r["rank"] and info["size"] == "4", "rank %d's result: %s" % (r["rank"], info))
+            check(int(info["task"]) == r["rank"], "rank %d stands for task %s" % (r["rank"], info["task"]))
+            first = (r["rank"] // 2) * 2
+            check(int(info["ancestor_task"]) == first,
+                  "rank %d runs inside task %d's service, found in %s's" % (r["rank"], first, info["ancestor_task"]))
+            want = "hvdssh000-127-0-0-2" if r["rank"] < 2 else "hvdssh001-127-0-0-3"
+            check(info["host"] == want and r["host_hash"] == want, "rank %d on host %s" % (r["rank"], info["host"]))
+
+
+def test_driver_failing_rank():
+    with Case() as c:
+        rc, so, se, dt = run(c.driver("--entry", ARGS.probe_lib + ":probe_entry", "--entry-arg", "fail=1"),
+                             c.env, cwd=c.tmp)
+        check(rc == 3, "exit status 3 (the failed rank's), got %d:\n%s" % (rc, se))
+        check("rank 1 failed on purpose" in se, "the rank's error text reaches the user:\n" + se)
+        check(re.search(r"job failed: rank 1 \(task 1", se), "the failed rank is named:\n" + se)
+
+
+def start_sleeping_job(c):
+    """hvd-driver running `sleep 300` on 4 ranks; returns the Popen once all 4 sleep."""
+    p = subprocess.Popen(c.driver("--", "sleep", "300"), env=c.env, cwd=c.tmp, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    sleeping = []
+    while len(sleeping) < 4 and time.time() < deadline and p.poll() is None:
+        sleeping = [l for l in describe(processes_with(c.mark)) if l.split(": ", 1)[1].startswith("sleep 300")]
+        time.sleep(0.1)
+    if len(sleeping) < 4:
+        p.kill()
+        so, se = p.communicate()
+        raise Failure("4 ranks run `sleep 300`: %s\n%s" % (sleeping, se.decode(errors="replace")))
+    return p
+
+
+def check_secret_hidden(mark):
+    """The job secret is in the remote tasks' environment, and on no command line."""
+    secret = None
+    for pid in processes_with(mark):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if b"HVD_SSH_JOB" in env and b"HVD_SECRET" in env:
+            secret = env[b"HVD_SECRET"]
+    check(secret and len(secret) == 44, "the remote tasks have the secret in their environment")
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                check(secret not in f.read(), "the secret is on the command line of pid %s" % pid)
+        except OSError:
+            pass
+
+
+def test_driver_interrupt():
+    with Case() as c:
+        p = start_sleeping_job(c)
+        try:
+            check_secret_hidden(c.mark)
+            t0 = time.time()
+            p.send_signal(signal.SIGINT)
+            so, se = p.communicate(timeout=60)
+            dt = time.time() - t0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        no_sanitizer_reports((so + se).decode(errors="replace"))
+        check(p.returncode != 0, "hvd-driver exits non-zero after SIGINT")
+        check(dt < 30, "hvd-driver took %.1f s to stop after SIGINT" % dt)
+
+
+def test_driver_killed():
+    """SIGKILL to hvd-driver: no sweep can run; the tasks see the driver go and end the job."""
+    with Case() as c:
+        p = start_sleeping_job(c)
+        p.kill()
+        p.communicate(timeout=30)
+        assert_nothing_left(c.mark, c.hosts, wait_s=30)
+
+
+def test_driver_sweep():
+    """A process of the job that outlived its task (here: one we start with the job's mark
+    HVD_SSH_JOB, as a daemon a rank started could): the final sweep kills it, and says so."""
+    with Case() as c:
+        p = subprocess.Popen(c.driver("--", "sleep", "4"), env=c.env, cwd=c.tmp, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stray = None
+        try:
+            token = None
+            deadline = time.time() + 30
+            while not token and time.time() < deadline and p.poll() is None:
+                for l in describe(processes_with(c.mark)):
+                    m = re.search(r"HVD_SSH_JOB=([0-9a-f]{16})", l)
+                    if m:
+                        token = m.group(1)
+                time.sleep(0.05)
+            check(token, "the remote command line carries the job's mark")
+            stray = subprocess.Popen(["sleep", "600"], env=dict(c.env, HVD_SSH_JOB=token),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+            so, se = p.communicate(timeout=90)
+            se = se.decode(errors="replace")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if stray:
+                try:
+                    stray.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    stray.kill()
+                    stray.wait()
+                    raise Failure("the sweep left the stray process running")
+        no_sanitizer_reports(se)
+        check(p.returncode == 0, "hvd-driver exited %d:\n%s" % (p.returncode, se))
+        check(stray.returncode == -signal.SIGKILL, "the stray process was SIGKILLed: %s" % stray.returncode)
+        check(re.search(r"warning: killed \d leftover process(es)? of the job on 127\.0\.0\.[23]", se),
+              "the sweep says what it did:\n" + se)
+
+
+def silent_listener(c):
+    """127.0.0.4 at the hosts' port: accepts TCP connections and never says a word."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.4", c.hosts.port))
+    s.listen(16)
+    return s
+
+
+def test_driver_unresponsive_host():
+    with Case() as c:
+        s = silent_listener(c)
+        try:
+            cmd = c.driver("--", "true")
+            cmd[cmd.index("--ssh-hosts") + 1] = "127.0.0.2:2,127.0.0.4:2"
+            cmd[cmd.index("--start-timeout") + 1] = "3"
+            rc, so, se, dt = run(cmd, c.env, cwd=c.tmp, timeout=60)
+        finally:
+            s.close()
+        check(rc != 0, "hvd-driver must fail")
+        check(dt < 15, "hvd-driver took %.1f s to fail" % dt)
+        check(re.search(r"127\.0\.0\.4.*(key exchange|missing task\(s\) 2-3)", se), "the host is named:\n" + se)
+
+
+def test_driver_interrupt_starting():
+    with Case() as c:
+        s = silent_listener(c)
+        try:
+            cmd = c.driver("--", "true")
+            cmd[cmd.index("--ssh-hosts") + 1] = "127.0.0.2:2,127.0.0.4:2"
+            p = subprocess.Popen(cmd, env=c.env, cwd=c.tmp, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.time() + 30
+            tasks = []
+            while len(tasks) < 2 and time.time() < deadline and p.poll() is None:
+                tasks = [l for l in describe(processes_with(c.mark)) if "hvd-task --driver" in l]
+                time.sleep(0.1)
+            check(len(tasks) == 2, "the tasks of 127.0.0.2 run: %s" % tasks)
+            t0 = time.time()
+            p.send_signal(signal.SIGINT)
+            so, se = p.communicate(timeout=60)
+            dt = time.time() - t0
+        finally:
+            s.close()
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        se = se.decode(errors="replace")
+        no_sanitizer_reports(se)
+        check(p.returncode != 0, "hvd-driver exits non-zero after SIGINT")
+        check(dt < 15, "hvd-driver took %.1f s to stop after SIGINT" % dt)
+        check("interrupted by SIGINT" in se, "says why:\n" + se)
+
+
+def test_driver_ssh_refused():
+    with Case() as c:
+        rc, so, se, dt = run(c.driver("--", "true", key=c.hosts.other_key), c.env, cwd=c.tmp, timeout=60)
+        check(rc != 0, "hvd-driver must fail")
+        check(dt < 20, "hvd-driver took %.1f s to fail" % dt)
+        check(re.search(r"ssh host 127\.0\.0\.[23] .*permission denied \(publickey\)", se),
+              "the reason names the host:\n" + se)
+
+
+def test_driver_bad_bin_dir():
+    with Case() as c:
+        rc, so, se, dt = run(c.driver("--", "true", extra=("--ssh-bin-dir", "/nonexistent/bin")), c.env,
+                             cwd=c.tmp, timeout=60)
+        check(rc != 0, "hvd-driver must fail")
+        check(dt < 20, "hvd-driver took %.1f s to fail" % dt)
+        check("/nonexistent/bin/hvd-task" in se and "--ssh-bin-dir" in se, "the reason helps:\n" + se)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--sshd-script", required=True)
+    ap.add_argument("--probe-lib", required=True)
+    ap.add_argument("--mpi-prog", required=True)
+    ap.add_argument("cases", nargs="*")
+    ARGS = ap.parse_args()
+    for k in ("bin", "sshd_script", "probe_lib", "mpi_prog"):
+        setattr(ARGS, k, os.path.abspath(getattr(ARGS, k)))
+    names = ARGS.cases or sorted(CASES)
+    passed = failed = skipped = 0
+    if not shutil.which("mpirun"):
+        print("skip: mpirun not found")
+        return 77
+    for name in names:
+        t0 = time.time()
+        try:
+            CASES[name]()
+            passed += 1
+            print("ok   %s (%.1f s)" % (name, time.time() - t0), flush=True)
+        except Skip as e:
+            skipped += 1
+            print("skip %s: %s" % (name, e), flush=True)
+        except (Failure, subprocess.TimeoutExpired, OSError) as e:
+            failed += 1
+            print("FAIL %s (%.1f s): %s" % (name, time.time() - t0, e), flush=True)
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    if failed:
+        return 1
+    return 77 if skipped and not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
