@@ -76,7 +76,7 @@ struct hvd_task {
     char host_hash[HVD_HOST_HASH_MAX];
     char *work_dir;
     char *shm_dir; /* private dir for Open MPI's shared-memory files, or NULL */
-    char **gpus; /* NULL-terminated */
+    char **gpus;   /* NULL-terminated */
     size_t ngpus;
     hvd_addr *driver_addrs;
     size_t n_driver_addrs;
