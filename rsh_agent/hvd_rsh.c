@@ -78,11 +78,20 @@ static int install_signals(void) {
     return 0;
 }
 
+/* Prints the argv received as one line, written at once so that the lines of agents that
+ * mpirun runs side by side do not mix. */
 static void print_argv(int argc, char **argv) {
-    fprintf(stderr, "hvd-rsh: received %d arguments:", argc - 1);
+    size_t len = 64;
     for (int i = 0; i < argc; i++)
-        fprintf(stderr, " [%s]", argv[i]);
-    fputc('\n', stderr);
+        len += strlen(argv[i]) + 3;
+    char *line = malloc(len);
+    if (!line) return;
+    size_t n = (size_t)snprintf(line, len, "hvd-rsh: received %d arguments:", argc - 1);
+    for (int i = 0; i < argc; i++)
+        n += (size_t)snprintf(line + n, len - n, " [%s]", argv[i]);
+    snprintf(line + n, len - n, "\n");
+    (void)!write(STDERR_FILENO, line, strlen(line));
+    free(line);
 }
 
 /* Runs the command over ssh. Returns its exit status, or RSH_FAILED with err. */

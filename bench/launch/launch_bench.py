@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""launch_bench.py: what it costs to launch `mpirun -np 4 /bin/true` over H fake hosts.
+
+Three plm_rsh_agents, alternating run by run, the same host names and mpirun arguments:
+
+  hvd-rsh   through task services: per run a fresh `hvd-driver serve -np H --env-file F --
+            /bin/true` and H `hvd-task`s (one host hash and one TMPDIR each), not timed; only
+            mpirun (-mca plm_rsh_agent $HVD_RSH $HVD_MPIRUN_ARGS ...) is timed.
+  pass      a minimal pass-through agent (C, built here with cc): skips ssh options and the
+            host, sets TMPDIR and OMPI_MCA_btl_vader_backing_directory per host, execs
+            /bin/sh -c "<words joined>".
+  ssh       OpenSSH `ssh -F <cfg>` to a loopback sshd started here (scripts/sshd-test-env.sh);
+            the config maps every fake host to 127.0.0.1, SetEnv gives each host its TMPDIR.
+
+Every mpirun also gets -mca btl_tcp_if_include lo -mca oob_tcp_if_include lo and (through
+$HVD_MPIRUN_ARGS) -mca if_base_do_not_resolve 1. Then `hvd-driver run -np N --local N/2 --
+/bin/true` end to end. Prints tables (median, min, max in ms; ratios of medians) and writes
+JSON with every sample (--json). Results: docs/performance.md, section "Launch".
+
+  python3 bench/launch/launch_bench.py [--bin build/bin] [--runs 7] [--hosts 2,4,8,16]
+                                       [--e2e 2,4,8,16,32] [--e2e-runs 5] [--json FILE]
+Needs Open MPI (mpirun), cc, and for the ssh agent sshd/ssh/ssh-keygen (skipped without).
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PASS_AGENT_C = r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int i = 1;
+    while (i < argc && argv[i][0] == '-') {          /* ssh-style options before the host */
+        if (strchr("bcDEeFIiJLlmOoPpQRSWw", argv[i][1]) && argv[i][2] == '\0') i += 2; else i++;
+    }
+    if (i >= argc) { fprintf(stderr, "pass-agent: no host\n"); return 255; }
+    const char *host = argv[i++];
+    size_t len = 1;
+    for (int j = i; j < argc; j++) len += strlen(argv[j]) + 1;
+    char *cmd = calloc(len, 1);
+    for (int j = i; j < argc; j++) { if (j > i) strcat(cmd, " "); strcat(cmd, argv[j]); }
+    const char *base = getenv("PASS_AGENT_TMPBASE");
+    if (base) {                                       /* one TMPDIR per fake host */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", base, host);
+        mkdir(dir, 0700);
+        setenv("TMPDIR", dir, 1);
+        setenv("OMPI_MCA_btl_vader_backing_directory", dir, 1);
+    }
+    char *const av[] = {"sh", "-c", cmd, NULL};
+    execv("/bin/sh", av);
+    perror("pass-agent: execv /bin/sh");
+    return 255;
+}
+'''
+
+AGENTS = ["hvd-rsh", "pass", "ssh"]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def loadavg():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def port_open(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def kill_group(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def timed(cmd, env, cwd, timeout):
+    """Runs cmd in its own process group; returns (seconds, rc, output tail)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(p)
+        out, _ = p.communicate()
+        return time.perf_counter() - t0, 124, out.decode(errors="replace")[-2000:]
+    return time.perf_counter() - t0, p.returncode, out.decode(errors="replace")[-2000:]
+
+
+def hosts_arg(names, np_):
+    """-H list: every host named, np_ slots spread over them (at least 1 each)."""
+    h = len(names)
+    slots = [np_ // h + (1 if k < np_ % h else 0) for k in range(h)]
+    return ",".join("%s:%d" % (n, max(s, 1)) for n, s in zip(names, slots))
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.bin = os.path.abspath(a.bin)
+        self.work = tempfile.mkdtemp(prefix="hvd-launch-bench.")
+        self.base_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        for k in list(self.base_env):
+            if k.startswith(("HVD_", "OMPI_MCA_")):
+                del self.base_env[k]
+        self.sshd = None
+        self.ssh_cfg = None
+        self.mpirun_args = None  # $HVD_MPIRUN_ARGS, from the first serve
+        self.samples = {}        # (agent, H) -> [ms]
+        self.failures = {}       # (agent, H) -> [text]
+        self.orteds = {}         # H -> agent invocations seen (pass agent, counted once)
+
+    # ---------- agents ----------
+    def build_pass_agent(self):
+        src = os.path.join(self.work, "pass-agent.c")
+        with open(src, "w") as f:
+            f.write(PASS_AGENT_C)
+        self.pass_agent = os.path.join(self.work, "pass-agent")
+        subprocess.run(["cc", "-O2", "-o", self.pass_agent, src], check=True)
+
+    def start_sshd(self, names):
+        script = os.path.join(REPO, "scripts", "sshd-test-env.sh")
+        d = os.path.join(self.work, "sshd")
+        os.mkdir(d)
+        port = free_port()
+        r = subprocess.run(["bash", script, "setup", d, "127.0.0.1", str(port)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            log("ssh agent skipped: sshd-test-env.sh setup: %s" % r.stdout.decode().strip())
+            return False
+        with open(os.path.join(d, "sshd_config"), "a") as f:
+            f.write("AcceptEnv TMPDIR OMPI_MCA_btl_vader_backing_directory\n")
+        self.sshd_log = open(os.path.join(d, "sshd.log"), "w")
+        self.sshd = subprocess.Popen(["bash", script, "exec", d], stdin=subprocess.DEVNULL,
+                                     stdout=self.sshd_log, stderr=subprocess.STDOUT)
+        for _ in range(100):
+            if port_open(port):
+                break
+            if self.sshd.poll() is not None:
+                log("ssh agent skipped: sshd exited (%s)" % os.path.join(d, "sshd.log"))
+                return False
+            time.sleep(0.05)
+        cfg = os.path.join(d, "ssh_config")
+        with open(cfg, "w") as f:
+            for n in names:  # first match wins in ssh_config: per-host blocks before Host *
+                t = os.path.join(self.work, "ssh-tmp", n)
+                os.makedirs(t, exist_ok=True)
+                f.write("Host %s\n  SetEnv TMPDIR=%s OMPI_MCA_btl_vader_backing_directory=%s\n" % (n, t, t))
+            f.write("Host *\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  BatchMode yes\n"
+                    "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+                    "  IdentityFile %s\n  IdentitiesOnly yes\n"
+                    % (port, os.environ.get("USER") or "root", os.path.join(d, "id_ed25519")))
+        self.ssh_cfg = cfg
+        r = subprocess.run(["ssh", "-F", cfg, names[0], "echo $TMPDIR"], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+        log("ssh check: rc=%d %s" % (r.returncode, r.stdout.decode().strip()))
+        return r.returncode == 0
+
+    # ---------- hvd-rsh: serve + tasks ----------
+    def serve(self, h, names, d):
+        env_file = os.path.join(d, "job.env")
+        srv = subprocess.Popen([os.path.join(self.bin, "hvd-driver"), "serve", "-np", str(h),
+                                "--env-file", env_file, "--", "/bin/true"],
+                               env=self.base_env, cwd=d, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+        line = b""
+        while b"--index" not in line:
+            chunk = srv.stderr.readline()
+            if not chunk and srv.poll() is not None:
+                raise RuntimeError("hvd-driver serve exited early: %r" % line)
+            line += chunk
+        m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", line)
+        tenv = dict(self.base_env, HVD_SECRET_FILE=m.group(1).decode(), HVD_DRIVER_ADDRS=m.group(2).decode())
+        tasks = []
+        for i, n in enumerate(names):
+            t = os.path.join(d, "tmp", n)
+            os.makedirs(t, exist_ok=True)
+            tasks.append(subprocess.Popen([os.path.join(self.bin, "hvd-task"), "--index", str(i),
+                                           "--start-timeout", "60"],
+                                          env=dict(tenv, HVD_HOST_HASH=n, TMPDIR=t), cwd=d,
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
+        deadline = time.time() + 60
+        while not os.path.exists(env_file):
+            if time.time() > deadline or srv.poll() is not None:
+                raise RuntimeError("no env file from hvd-driver serve")
+            time.sleep(0.02)
+        time.sleep(self.a.settle)  # let the services go idle before mpirun is timed
+        vals = {}
+        with open(env_file) as f:
+            for l in f:
+                m = re.match(r"export (\w+)='?([^']*)'?$", l.strip())
+                if m:
+                    vals[m.group(1)] = m.group(2)
+        return srv, tasks, vals
+
+    def stop_serve(self, srv, tasks):
+        for p in [srv] + tasks:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGINT if p is srv else signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in [srv] + tasks:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                kill_group(p)
+                p.wait()
+        srv.stderr.close()
+
+    # ---------- one run ----------
+    def mpirun(self, agent_words, hosts, extra_env, cwd):
+        cmd = ["mpirun", "--allow-run-as-root", "-np", str(self.a.np), "-H", hosts,
+               "-mca", "plm_rsh_agent", agent_words] + self.mpirun_args.split() + \
+              ["-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo", "/bin/true"]
+        return timed(cmd, dict(self.base_env, **extra_env), cwd, self.a.timeout)
+
+    def run_one(self, agent, h, names):
+        d = tempfile.mkdtemp(dir=self.work, prefix="run.")
+        hosts = hosts_arg(names, self.a.np)
+        if agent == "hvd-rsh":
+            srv, tasks, vals = self.serve(h, names, d)
+            try:
+                if self.mpirun_args is None:
+                    self.mpirun_args = vals["HVD_MPIRUN_ARGS"]
+                # serve's -H list gives each host one slot per task; ours spreads np over them
+                assert set(x.split(":")[0] for x in vals["HVD_HOSTS"].split(",")) == set(names)
+                dt, rc, out = self.mpirun(vals["HVD_RSH"], hosts,
+                                          {"HVD_DRIVER_ADDRS": vals["HVD_DRIVER_ADDRS"],
+                                           "HVD_SECRET_FILE": vals["HVD_SECRET_FILE"]}, d)
+            finally:
+                self.stop_serve(srv, tasks)
+        elif agent == "pass":
+            dt, rc, out = self.mpirun(self.pass_agent, hosts,
+                                      {"PASS_AGENT_TMPBASE": os.path.join(d, "tmp")}, d)
+        else:
+            dt, rc, out = self.mpirun("ssh -F %s" % self.ssh_cfg, hosts, {}, d)
+        shutil.rmtree(d, ignore_errors=True)
+        key = (agent, h)
+        if rc == 0:
+            self.samples.setdefault(key, []).append(dt * 1000)
+        else:
+            self.failures.setdefault(key, []).append("rc=%d %s" % (rc, out.strip()[-300:]))
+            log("FAIL %s H=%d rc=%d: %s" % (agent, h, rc, out.strip()[-300:]))
+
+    def count_orteds(self, h, names):
+        """How many agent calls (= remote orteds) mpirun makes for -np np over h hosts."""
+        d = tempfile.mkdtemp(dir=self.work, prefix="count.")
+        wrap = os.path.join(d, "count-agent.sh")
+        with open(wrap, "w") as f:
+            f.write("#!/bin/sh\necho x >> %s/calls\nexec %s \"$@\"\n" % (d, self.pass_agent))
+        os.chmod(wrap, 0o755)
+        dt, rc, out = self.mpirun(wrap, hosts_arg(names, self.a.np),
+                                  {"PASS_AGENT_TMPBASE": os.path.join(d, "tmp")}, d)
+        try:
+            with open(os.path.join(d, "calls")) as f:
+                n = len(f.readlines())
+        except OSError:
+            n = 0
+        shutil.rmtree(d, ignore_errors=True)
+        return n if rc == 0 else None
+
+    # ---------- end to end ----------
+    def e2e(self):
+        res = {}
+        for n in self.a.e2e:
+            for r in range(self.a.e2e_runs):
+                d = tempfile.mkdtemp(dir=self.work, prefix="e2e.")
+                dt, rc, out = timed([os.path.join(self.bin, "hvd-driver"), "run", "-np", str(n),
+                                     "--local", str(max(n // 2, 1)), "--", "/bin/true"],
+                                    self.base_env, d, self.a.timeout * 4)
+                shutil.rmtree(d, ignore_errors=True)
+                if rc == 0:
+                    res.setdefault(n, []).append(dt * 1000)
+                else:
+                    self.failures.setdefault(("e2e", n), []).append("rc=%d %s" % (rc, out.strip()[-300:]))
+                    log("FAIL e2e N=%d rc=%d: %s" % (n, rc, out.strip()[-300:]))
+        return res
+
+    def main(self):
+        info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
+                "kernel": platform.release(), "cpus": os.cpu_count(), "np": self.a.np,
+                "runs": self.a.runs, "load_start": loadavg()}
+        info["mpirun"] = subprocess.run(["mpirun", "--version"], stdout=subprocess.PIPE,
+                                        text=True).stdout.splitlines()[0]
+        try:
+            info["ssh"] = subprocess.run(["ssh", "-V"], stderr=subprocess.PIPE, text=True).stderr.strip()
+        except OSError:
+            info["ssh"] = None
+        try:
+            info["git"] = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
+                                         stdout=subprocess.PIPE, text=True).stdout.strip()
+        except OSError:
+            pass
+        info["cpu_model"] = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                                  if l.startswith("model name")), "?")
+        maxh = max(self.a.hosts)
+        all_names = ["fakehost%02d" % k for k in range(maxh)]
+        self.build_pass_agent()
+        agents = list(AGENTS)
+        if "ssh" in agents and not (shutil.which("ssh") and self.start_sshd(all_names)):
+            agents.remove("ssh")
+        log("agents: %s; load %s" % (agents, info["load_start"]))
+        # one untimed warm-up of each (page cache, first serve gives $HVD_MPIRUN_ARGS)
+        for h in self.a.hosts:
+            names = all_names[:h]
+            for ag in agents:
+                self.run_one(ag, h, names)
+            self.orteds[h] = self.count_orteds(h, names)
+        self.samples.clear()
+        self.failures.clear()
+        loads = []
+        for r in range(self.a.runs):
+            for h in self.a.hosts:
+                names = all_names[:h]
+                order = agents[r % len(agents):] + agents[:r % len(agents)]
+                for ag in order:
+                    self.run_one(ag, h, names)
+            loads.append(loadavg())
+            log("round %d done, load %s" % (r + 1, loads[-1]))
+        info["load_during"] = loads
+        e2e = self.e2e() if self.a.e2e else {}
+        info["load_end"] = loadavg()
+        self.report(info, agents, e2e)
+
+    def report(self, info, agents, e2e):
+        def stats(v):
+            return (statistics.median(v), min(v), max(v)) if v else (float("nan"),) * 3
+
+        print("# launch_bench %s on %s (%s, %d CPUs), %s, %s" % (info["date"], info["host"],
+              info["cpu_model"], info["cpus"], info["mpirun"], info.get("ssh")))
+        print("# load average start %s, end %s; mpirun args: %s"
+              % (info["load_start"], info["load_end"], self.mpirun_args))
+        print()
+        print("mpirun -np %d /bin/true, ms: median (min-max) of n runs" % self.a.np)
+        print("| hosts | orteds | " + " | ".join(agents) + " | hvd-rsh/pass | ssh/hvd-rsh |")
+        print("|---|---|" + "---|" * len(agents) + "---|---|")
+        for h in self.a.hosts:
+            cells, med = [], {}
+            for ag in agents:
+                v = self.samples.get((ag, h), [])
+                m, lo, hi = stats(v)
+                med[ag] = m
+                nf = len(self.failures.get((ag, h), []))
+                cells.append("%.0f (%.0f-%.0f) n=%d%s" % (m, lo, hi, len(v), " fail=%d" % nf if nf else ""))
+            r1 = med["hvd-rsh"] / med["pass"]
+            r2 = ("%.2f" % (med["ssh"] / med["hvd-rsh"])) if "ssh" in med else "-"
+            print("| %d | %s | %s | %.2f | %s |" % (h, self.orteds.get(h), " | ".join(cells), r1, r2))
+        if e2e:
+            print()
+            print("hvd-driver run -np N --local N/2 -- /bin/true, ms: median (min-max) of n runs")
+            print("| N | fake hosts | wall ms |")
+            print("|---|---|---|")
+            for n in self.a.e2e:
+                v = e2e.get(n, [])
+                m, lo, hi = stats(v)
+                nf = len(self.failures.get(("e2e", n), []))
+                print("| %d | %d | %.0f (%.0f-%.0f) n=%d%s |" % (n, max(n // 2, 1), m, lo, hi, len(v),
+                                                                  " fail=%d" % nf if nf else ""))
+        if self.a.json:
+            with open(self.a.json, "w") as f:
+                json.dump({"info": info, "mpirun_args": self.mpirun_args, "orteds": self.orteds,
+                           "samples": {"%s/%d" % k: v for k, v in self.samples.items()},
+                           "e2e": e2e,
+                           "failures": {"%s/%s" % k: v for k, v in self.failures.items()}}, f, indent=1)
+
+    def close(self):
+        if self.sshd and self.sshd.poll() is None:
+            self.sshd.terminate()
+            try:
+                self.sshd.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.sshd.kill()
+                self.sshd.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def main():
+    ints = lambda s: [int(x) for x in s.split(",") if x]
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--np", type=int, default=4)
+    p.add_argument("--hosts", type=ints, default=[2, 4, 8, 16])
+    p.add_argument("--e2e", type=ints, default=[2, 4, 8, 16, 32], help="'' to skip")
+    p.add_argument("--e2e-runs", type=int, default=5)
+    p.add_argument("--timeout", type=int, default=60)
+    p.add_argument("--settle", type=float, default=0.3,
+                   help="seconds between serve's env file and the timed mpirun (hvd-rsh only)")
+    p.add_argument("--json")
+    b = Bench(p.parse_args())
+    try:
+        b.main()
+    finally:
+        b.close()
+
+
+if __name__ == "__main__":
+    main()
