@@ -128,6 +128,7 @@ struct hvd_driver {
 
     drv_held *held;      /* loop thread */
     atomic_size_t nheld; /* how many are held (any thread may read it) */
+    atomic_size_t nlost; /* held calls whose connection broke before shutdown (any thread) */
 };
 
 /* How many WAIT_SHUTDOWN calls are held now (any thread; for tests and diagnostics). */

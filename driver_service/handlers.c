@@ -297,7 +297,14 @@ static void held_unlink(hvd_driver *d, drv_held *h) {
 /* The client went away (or the server stopped) before the answer. */
 static void on_held_cancel(void *arg) {
     drv_held *h = arg;
-    held_unlink(h->d, h);
+    hvd_driver *d = h->d;
+    pthread_mutex_lock(&d->mu);
+    bool expected = d->tasks_shutdown;
+    pthread_mutex_unlock(&d->mu);
+    /* Every task service holds one WAIT_SHUTDOWN for the whole job: its connection breaking
+     * before the driver shuts tasks down means that task service died or lost the network. */
+    if (!expected) atomic_fetch_add(&d->nlost, 1);
+    held_unlink(d, h);
     free(h);
 }
 

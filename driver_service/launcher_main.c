@@ -1,5 +1,7 @@
 /* hvd-driver: runs an mpirun job inside task services (DESIGN.md section 2). */
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
@@ -278,20 +280,93 @@ static int write_env_file(const launch_opts *o, const launch_dir *dir, const cha
     return fclose(f);
 }
 
-static volatile sig_atomic_t serve_stop;
-static void on_serve_signal(int sig) {
-    (void)sig;
-    serve_stop = 1;
+/* ---- Interrupts and lost tasks -----------------------------------------------------------
+ * SIGINT, SIGTERM and SIGHUP (outside ssh mode, which handles its own) and a task service that
+ * dies while the job runs end the job through the same path: the driver is aborted (so that
+ * waits for registration or interfaces return at once), mpirun is stopped, and main's cleanup
+ * runs (tasks shut down, the private directory with the secret file removed). */
+
+#define LOST_TASK_GRACE_MS 2000 /* a task that ended its part also drops its connection */
+
+static int watch_pipe[2] = {-1, -1};
+static volatile sig_atomic_t got_signal;
+static int launch_stop;       /* hvd_launch_config.stop */
+static hvd_driver *watched;   /* set once the driver runs (atomic accesses) */
+static char stop_reason[160]; /* why the watcher stopped the job; "" if it did not */
+static int watch_lost = 1;    /* lost tasks matter: cleared once mpirun has ended */
+
+static void on_interrupt(int sig) {
+    int saved = errno;
+    got_signal = sig;
+    if (watch_pipe[1] >= 0) (void)!write(watch_pipe[1], "s", 1);
+    errno = saved;
 }
 
-/* serve: waits until every rank reported, or a signal. */
+static const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+}
+
+static void stop_job(const char *why) {
+    if (__atomic_exchange_n(&launch_stop, 1, __ATOMIC_SEQ_CST)) return;
+    snprintf(stop_reason, sizeof stop_reason, "%s", why);
+    hvd_driver *d = __atomic_load_n(&watched, __ATOMIC_ACQUIRE);
+    if (d) hvd_driver_abort(d, why);
+}
+
+static void *watch_main(void *arg) {
+    (void)arg;
+    int64_t lost_since = -1;
+    for (;;) {
+        struct pollfd p = {.fd = watch_pipe[0], .events = POLLIN};
+        int rc = poll(&p, 1, 200);
+        if (rc > 0) {
+            char c;
+            if (read(watch_pipe[0], &c, 1) <= 0 || c == 'q') return NULL;
+            char why[64];
+            snprintf(why, sizeof why, "interrupted by %s", signal_name(got_signal));
+            stop_job(why);
+        }
+        hvd_driver *d = __atomic_load_n(&watched, __ATOMIC_ACQUIRE);
+        if (!d || !__atomic_load_n(&watch_lost, __ATOMIC_ACQUIRE) || hvd_driver_lost_tasks(d) == 0)
+            continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        if (lost_since < 0) lost_since = now;
+        if (now - lost_since >= LOST_TASK_GRACE_MS)
+            stop_job("a task service went away while the job ran (its connection to the driver "
+                     "broke: did the executor die?)");
+    }
+}
+
+/* Starts the watcher. In ssh mode the ssh sessions take the signals themselves. */
+static void watch_start(pthread_t *t, bool signals) {
+    if (pipe2(watch_pipe, O_CLOEXEC) != 0) return;
+    if (signals) {
+        struct sigaction sa = {.sa_handler = on_interrupt};
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    if (pthread_create(t, NULL, watch_main, NULL) != 0) *t = 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void watch_stop(pthread_t t) {
+    if (!t) return;
+    (void)!write(watch_pipe[1], "q", 1);
+    pthread_join(t, NULL);
+}
+
+/* serve: waits until every rank reported, or the job is stopped. */
 static void wait_for_results(hvd_driver *d, int np) {
-    struct sigaction sa = {.sa_handler = on_serve_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
     struct timespec tick = {0, 100 * 1000 * 1000};
-    while (!serve_stop) {
+    while (!__atomic_load_n(&launch_stop, __ATOMIC_SEQ_CST)) {
         hvd_rank_result *r;
         size_t n;
         hvd_err err;
@@ -316,6 +391,9 @@ int main(int argc, char **argv) {
     hvd_err err;
     hvd_secret secret;
     launch_dir dir = {0};
+    pthread_t watcher = 0;
+    /* Before the secret file exists, so that an interrupt always gets to the cleanup. */
+    watch_start(&watcher, !o.ssh_hosts);
     snprintf(dir.path, sizeof dir.path, "%s/hvd-driver.XXXXXX",
              getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir.path)) {
@@ -343,6 +421,8 @@ int main(int argc, char **argv) {
                              .log = log_line,
                              .log_user = &o};
     hvd_driver *d = hvd_driver_start(&cfg, &err);
+    __atomic_store_n(&watched, d, __ATOMIC_RELEASE);
+    if (d && got_signal) stop_job("interrupted"); /* a signal before the driver existed */
     hvd_secret_wipe(&secret);
     hvd_secret_wipe(&cfg.secret);
     local_tasks lt = {0};
@@ -408,6 +488,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "hvd-driver: all %d tasks are in; wrote %s. Now run mpirun with it.\n",
                 o.np, o.env_file);
         wait_for_results(d, o.np);
+        __atomic_store_n(&watch_lost, 0, __ATOMIC_RELEASE);
         rc = report_results(d, &o, 0, false);
         goto out;
     }
@@ -415,7 +496,8 @@ int main(int argc, char **argv) {
                             .mpi_args = o.mpi_args,
                             .timeout_s = o.timeout_s,
                             .verbose = o.verbose,
-                            .forward_signals = true};
+                            .forward_signals = o.ssh_hosts != NULL,
+                            .stop = &launch_stop};
     mpi = hvd_launch_argv(d, &lc, ifaces, &err);
     if (!mpi || ssh_tasks_fix_argv(&o, mpi, &err) != 0) {
         fprintf(stderr, "hvd-driver: %s\n", err.msg);
@@ -423,12 +505,18 @@ int main(int argc, char **argv) {
     }
     bool timed_out;
     int status = hvd_launch_run(mpi, &lc, &timed_out, &err);
+    /* From here on, task services end because the job did. */
+    __atomic_store_n(&watch_lost, 0, __ATOMIC_RELEASE);
     if (status < 0) {
         fprintf(stderr, "hvd-driver: cannot run mpirun: %s\n", err.msg);
         goto out;
     }
+    if (stop_reason[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", stop_reason);
     rc = report_results(d, &o, status, timed_out);
 out:
+    if (stop_reason[0] && rc == 0) rc = 1;
+    if (got_signal && stop_reason[0]) rc = 128 + got_signal;
+    watch_stop(watcher);
     if (d) hvd_driver_shutdown_tasks(d);
     if (lt.n) local_tasks_stop(&lt, 5000);
     ssh_tasks_stop(sshl, 5000);

@@ -112,10 +112,26 @@ int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool 
                 first_bad->error ? ": " : "", first_bad->error ? first_bad->error : "");
         rc = first_bad->status > 0 && first_bad->status < 256 ? first_bad->status : 1;
     } else if (first_bad) {
+        /* No rank failed by itself: name every rank that is missing (the cause, a lost task,
+         * an agent or orted that died, is in the lines of hvd-rsh, hvd-task or mpirun above,
+         * or in hvd-driver's "stopping the job" line). */
+        char missing[256] = "";
+        size_t nmissing = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (r[i].present) continue;
+            size_t used = strlen(missing);
+            if (nmissing < 16)
+                snprintf(missing + used, sizeof missing - used, "%s%d", nmissing ? "," : "",
+                         r[i].rank);
+            else if (nmissing == 16)
+                snprintf(missing + used, sizeof missing - used, ",...");
+            nmissing++;
+        }
         fprintf(stderr,
-                "hvd-driver: job failed: rank %d never reported a result (mpirun exited with "
-                "status %d%s)\n",
-                first_bad->rank, mpirun_status, timed_out ? " after the timeout" : "");
+                "hvd-driver: job failed: %zu rank%s (%s) reported no result; mpirun exited with "
+                "status %d%s (see the messages above for the cause)\n",
+                nmissing, nmissing == 1 ? "" : "s", missing, mpirun_status,
+                timed_out ? " after the timeout" : "");
         rc = mpirun_status ? mpirun_status : 1;
     } else if (mpirun_status != 0) {
         fprintf(stderr, "hvd-driver: every rank succeeded but mpirun exited with status %d\n",

@@ -57,6 +57,7 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
     pthread_cond_init(&d->cv, &ca);
     pthread_condattr_destroy(&ca);
     atomic_init(&d->nheld, 0);
+    atomic_init(&d->nlost, 0);
     d->num_tasks = cfg->num_tasks;
     d->secret = cfg->secret;
     d->log = cfg->log;
@@ -198,6 +199,10 @@ int hvd_driver_task(hvd_driver *d, uint32_t index, hvd_task_info *out, hvd_err *
         rc = 0;
     pthread_mutex_unlock(&d->mu);
     return rc;
+}
+
+size_t hvd_driver_lost_tasks(hvd_driver *d) {
+    return atomic_load(&d->nlost);
 }
 
 size_t drv_held_count(hvd_driver *d) {

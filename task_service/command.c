@@ -64,18 +64,19 @@ struct ctl_msg {
 
 /* Everything the keeper and the shell child need, prepared by the owner before fork. */
 struct keeper {
-    char *argv[4];     /* {"sh", "-c", command, NULL} */
-    char *const *envp; /* the command's environment */
-    const char *cwd;   /* working directory or NULL */
-    int grace_ms;      /* SIGTERM -> SIGKILL */
-    pid_t owner;       /* the owner's pid: the keeper's parent while the owner lives */
-    int fallbacks;     /* don't use close_range / pidfd (tests) */
-    int ctl;           /* keeper's end of the control socket (the lifeline) */
-    int out_w, err_w;  /* write ends of the stdout/stderr pipes, for the shell */
-    int done_w;        /* write end of the done pipe (exit fd without pidfd), or -1 */
-    pid_t self;        /* the keeper's own pid */
-    pid_t shell;       /* the shell's pid */
-    size_t n_tracked;  /* used entries of tracked[] */
+    char *argv[4];           /* {"sh", "-c", command, NULL} */
+    char *const *envp;       /* the command's environment */
+    const char *cwd;         /* working directory or NULL */
+    const char *cleanup_dir; /* emptied and removed by the keeper at the end, or NULL */
+    int grace_ms;            /* SIGTERM -> SIGKILL */
+    pid_t owner;             /* the owner's pid: the keeper's parent while the owner lives */
+    int fallbacks;           /* don't use close_range / pidfd (tests) */
+    int ctl;                 /* keeper's end of the control socket (the lifeline) */
+    int out_w, err_w;        /* write ends of the stdout/stderr pipes, for the shell */
+    int done_w;              /* write end of the done pipe (exit fd without pidfd), or -1 */
+    pid_t self;              /* the keeper's own pid */
+    pid_t shell;             /* the shell's pid */
+    size_t n_tracked;        /* used entries of tracked[] */
     pid_t tracked[KEEPER_MAX_TRACKED]; /* the keeper and its descendants found so far */
     _Alignas(8) char dents[8192];      /* getdents64 buffer */
 };
@@ -348,6 +349,31 @@ enum { K_RUNNING, K_TERMINATING, K_KILLING };
 /* The keeper. Signals arrive blocked (the owner blocked them all around fork) and stay
  * blocked: SIGCHLD and the parent-death signal are read through a signalfd, the rest stay
  * pending forever, which is how the keeper ignores SIGINT, SIGTERM and SIGHUP. */
+/* Empties (one level) and removes k->cleanup_dir, with system calls only. */
+static void remove_cleanup_dir(struct keeper *k) {
+    if (!k->cleanup_dir) return;
+    int dir = open(k->cleanup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dir < 0) return;
+    long n;
+    while ((n = syscall(SYS_getdents64, dir, k->dents, sizeof k->dents)) > 0) {
+        for (long off = 0; off < n;) {
+            struct linux_dirent64_ {
+                uint64_t ino;
+                int64_t off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *e = (void *)(k->dents + off);
+            if (!(e->name[0] == '.' &&
+                  (e->name[1] == '\0' || (e->name[1] == '.' && e->name[2] == '\0'))))
+                unlinkat(dir, e->name, 0);
+            off += e->reclen;
+        }
+    }
+    close(dir);
+    rmdir(k->cleanup_dir);
+}
+
 __attribute__((noreturn)) static void keeper_main(struct keeper *k) {
     /* The owner's handlers must never run here, and dispositions are inherited by the
      * shell: SIG_IGN would survive exec, and SIGCHLD ignored would auto-reap our children. */
@@ -426,6 +452,7 @@ __attribute__((noreturn)) static void keeper_main(struct keeper *k) {
             if (p < 0 && errno == EINTR) continue;
             if (p < 0 && errno == ECHILD) { /* shell and every descendant gone: ended */
                 int code = exit_code_of(shell_status);
+                remove_cleanup_dir(k);
                 send_msg(k->ctl, MSG_EXIT, code, 0);
                 child_exit(code);
             }
@@ -620,6 +647,7 @@ hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err) {
     k->argv[3] = NULL;
     k->envp = spec->envp ? spec->envp : environ;
     k->cwd = spec->cwd;
+    k->cleanup_dir = spec->cleanup_dir;
     k->grace_ms = spec->grace_ms ? spec->grace_ms : HVD_COMMAND_DEFAULT_GRACE_MS;
     k->owner = getpid();
     k->fallbacks = fallbacks;

@@ -41,10 +41,13 @@
 #define HVD_COMMAND_DEFAULT_GRACE_MS 5000
 
 typedef struct hvd_command_spec {
-    const char *command; /* shell command line, run as `/bin/sh -c command`; required */
-    char *const *envp;   /* the command's environment; NULL: this process's environ */
-    const char *cwd;     /* working directory; NULL: this process's */
-    int grace_ms;        /* abort: SIGTERM, then SIGKILL after this many ms; 0: the default */
+    const char *command;     /* shell command line, run as `/bin/sh -c command`; required */
+    char *const *envp;       /* the command's environment; NULL: this process's environ */
+    const char *cwd;         /* working directory; NULL: this process's */
+    int grace_ms;            /* abort: SIGTERM, then SIGKILL after this many ms; 0: the default */
+    const char *cleanup_dir; /* or NULL: a directory the keeper empties (its files, one level)
+                                and removes once the command has ended, even if this process
+                                was killed (Open MPI's shared-memory files, say) */
 } hvd_command_spec;
 
 typedef struct hvd_command hvd_command;

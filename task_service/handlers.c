@@ -141,8 +141,10 @@ static void log_env(hvd_task *t, const hvd_run_msg *req, char *const *envp) {
 
 /* The command's environment: the base with the request's sets, then its unsets. */
 static char **command_env(hvd_task *t, const hvd_run_msg *req, hvd_err *err) {
+    /* Made only now: tasks that never run a command (siblings) leave nothing in /dev/shm. */
+    task_make_shm_dir(t);
     size_t n = req->env_set.n + req->env_unset.n;
-    hvd_env_change *ch = calloc(n ? n : 1, sizeof *ch);
+    hvd_env_change *ch = calloc(n + 1, sizeof *ch);
     char **names = calloc(req->env_set.n ? req->env_set.n : 1, sizeof *names);
     char **envp = NULL;
     if (!ch || !names) {
@@ -165,6 +167,12 @@ static char **command_env(hvd_task *t, const hvd_run_msg *req, hvd_err *err) {
     }
     for (size_t i = 0; i < req->env_unset.n; i++)
         ch[req->env_set.n + i] = (hvd_env_change){req->env_unset.v[i], NULL};
+    /* First, so that a request naming it wins. */
+    if (t->shm_dir) {
+        memmove(ch + 1, ch, n * sizeof *ch);
+        ch[0] = (hvd_env_change){"OMPI_MCA_btl_vader_backing_directory", t->shm_dir};
+        n++;
+    }
     envp = hvd_env_build(t->cmd_env, ch, n, err);
 out:
     if (names)
@@ -201,8 +209,11 @@ static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
         hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
     } else {
         if (t->cfg.log_level >= HVD_LOG_DEBUG) log_env(t, &req, envp);
-        hvd_command_spec spec = {
-            .command = req.command, .envp = envp, .cwd = t->work_dir, .grace_ms = t->cfg.grace_ms};
+        hvd_command_spec spec = {.command = req.command,
+                                 .envp = envp,
+                                 .cwd = t->work_dir,
+                                 .grace_ms = t->cfg.grace_ms,
+                                 .cleanup_dir = t->shm_dir};
         t->cmd = hvd_command_start(&spec, &err);
         if (!t->cmd) {
             task_log(t, HVD_LOG_ERROR, "%s", err.msg);

@@ -134,14 +134,15 @@ static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
  * the job id and the local rank, so two host hashes on one machine (several executors of a
  * machine each with its own host hash, or test "hosts") would open each other's files and
  * crash. Each task service gives its command a private directory instead, unless the
- * executor's environment already chose one. Returns the directory, or NULL. */
-static char *make_shm_dir(char *const *base) {
-    if (hvd_env_get(base, "OMPI_MCA_btl_vader_backing_directory")) return NULL;
+ * executor's environment already chose one. Made when the command starts (t->shm_dir stays
+ * NULL if it cannot be made); the keeper removes it when the command ends. */
+void task_make_shm_dir(hvd_task *t) {
+    if (t->shm_dir || hvd_env_get(t->cmd_env, "OMPI_MCA_btl_vader_backing_directory")) return;
     const char *tmp = getenv("TMPDIR");
     char path[512];
     snprintf(path, sizeof path, "%s/hvd-task-XXXXXX",
              access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (tmp && *tmp ? tmp : "/tmp"));
-    return mkdtemp(path) ? strdup(path) : NULL;
+    if (mkdtemp(path)) t->shm_dir = strdup(path);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -156,7 +157,6 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 static int init_env(hvd_task *t, char *const *base, hvd_err *err) {
     char secret[45], index[16];
     if (!base) base = environ;
-    t->shm_dir = make_shm_dir(base);
     hvd_secret_to_base64(&t->cfg.secret, secret);
     snprintf(index, sizeof index, "%u", t->cfg.index);
     hvd_env_change ch[] = {

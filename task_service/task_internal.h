@@ -174,4 +174,7 @@ void pump_reply_exit(hvd_call **call, int exit_code);
 int probe_peers(const hvd_secret *secret, uint32_t self, const hvd_list *tasks, int timeout_ms,
                 atomic_bool *cancel, hvd_reachable_msg *out, hvd_err *err);
 
+/* Makes t->shm_dir for the command (task.c). */
+void task_make_shm_dir(hvd_task *t);
+
 #endif

@@ -102,6 +102,12 @@ void hvd_driver_shutdown_tasks(hvd_driver *d);
  * notify_spark_job_failed). Any thread. */
 void hvd_driver_abort(hvd_driver *d, const char *reason);
 
+/* How many task services dropped their WAIT_SHUTDOWN long-poll (each holds one for the whole
+ * job) before hvd_driver_shutdown_tasks: task services that died or lost the network. A task
+ * whose command ended also drops it when it exits, so callers should allow the job a moment
+ * to end by itself before treating a loss as a failure. Any thread. */
+size_t hvd_driver_lost_tasks(hvd_driver *d);
+
 /* Shuts tasks down, stops the service and frees everything. NULL is ignored. */
 void hvd_driver_stop(hvd_driver *d);
 

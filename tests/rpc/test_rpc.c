@@ -950,7 +950,9 @@ static void test_streams(void) {
     CHECK_MSG(src == -1, "rc=%d bytes=%llu", src, (unsigned long long)s2.bytes);
     CHECK(s2.interrupts == 1);
     CHECK_MSG(err.code == HVD_E_STATE && strstr(err.msg, "stream stopped"), "%s", err.msg);
-    CHECK(s2.bad == 0 && s2.bytes >= (1u << 20) && s2.bytes < (8u << 20));
+    CHECK(s2.bad == 0 && s2.bytes >= (1u << 20) &&
+          s2.bytes < (64u << 20) /* far below the 1 GiB asked for: the abort stopped it; what was
+                                    already in socket buffers (several MiB) still arrives */);
     long rss1 = test_rss_kib();
     CHECK_MSG(rss1 - rss0 < 32 * 1024, "RSS grew by %ld KiB", rss1 - rss0);
     close(p[0]);
