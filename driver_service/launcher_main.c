@@ -363,6 +363,30 @@ static void watch_stop(pthread_t t) {
     pthread_join(t, NULL);
 }
 
+/* Starts a small process that removes the private directory (with the secret file) when
+ * hvd-driver ends, however it ends, SIGKILL included: it waits for end-of-file on a pipe
+ * whose only write end hvd-driver holds, then runs rm -rf. Only async-signal-safe calls
+ * after fork (a thread is running). */
+static void start_cleaner(const char *dir) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sigaction ign = {.sa_handler = SIG_IGN};
+        sigaction(SIGINT, &ign, NULL);
+        sigaction(SIGTERM, &ign, NULL);
+        sigaction(SIGHUP, &ign, NULL);
+        close(p[1]);
+        char c;
+        while (read(p[0], &c, 1) < 0 && errno == EINTR) {
+        }
+        execl("/bin/rm", "rm", "-rf", "--", dir, (char *)NULL);
+        _exit(0);
+    }
+    close(p[0]);
+    if (pid < 0) close(p[1]); /* the write end stays open (leaked on purpose) until exit */
+}
+
 /* serve: waits until every rank reported, or the job is stopped. */
 static void wait_for_results(hvd_driver *d, int np) {
     struct timespec tick = {0, 100 * 1000 * 1000};
@@ -400,6 +424,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "hvd-driver: cannot create a private directory: %s\n", strerror(errno));
         return 1;
     }
+    start_cleaner(dir.path);
     snprintf(dir.secret_file, sizeof dir.secret_file, "%s/secret", dir.path);
     if (hvd_secret_generate(&secret, &err) != 0 ||
         hvd_secret_write_file(&secret, dir.secret_file, &err) != 0) {
