@@ -349,27 +349,49 @@ enum { K_RUNNING, K_TERMINATING, K_KILLING };
 /* The keeper. Signals arrive blocked (the owner blocked them all around fork) and stay
  * blocked: SIGCHLD and the parent-death signal are read through a signalfd, the rest stay
  * pending forever, which is how the keeper ignores SIGINT, SIGTERM and SIGHUP. */
-/* Empties (one level) and removes k->cleanup_dir, with system calls only. */
+/* Removes everything below the directory open as dir (at most 8 levels deep), with system
+ * calls only and a buffer per level on the stack. Stops when a pass removes nothing. */
+static void remove_tree(int dir, int depth) {
+    _Alignas(8) char buf[4096];
+    for (int pass = 0; pass < 64; pass++) { /* entries vanish while we read: re-read */
+        int removed = 0;
+        long n;
+        lseek(dir, 0, SEEK_SET);
+        while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+            for (long off = 0; off < n;) {
+                struct {
+                    uint64_t ino;
+                    int64_t off;
+                    unsigned short reclen;
+                    unsigned char type;
+                    char name[];
+                } *e = (void *)(buf + off);
+                off += e->reclen;
+                if (e->name[0] == '.' &&
+                    (e->name[1] == '\0' || (e->name[1] == '.' && e->name[2] == '\0')))
+                    continue;
+                if (unlinkat(dir, e->name, 0) == 0) {
+                    removed = 1;
+                    continue;
+                }
+                if (depth >= 8) continue;
+                int sub = openat(dir, e->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                if (sub < 0) continue;
+                remove_tree(sub, depth + 1);
+                close(sub);
+                if (unlinkat(dir, e->name, AT_REMOVEDIR) == 0) removed = 1;
+            }
+        }
+        if (!removed) return;
+    }
+}
+
+/* Empties and removes k->cleanup_dir (Open MPI's session and shared-memory files). */
 static void remove_cleanup_dir(struct keeper *k) {
     if (!k->cleanup_dir) return;
     int dir = open(k->cleanup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (dir < 0) return;
-    long n;
-    while ((n = syscall(SYS_getdents64, dir, k->dents, sizeof k->dents)) > 0) {
-        for (long off = 0; off < n;) {
-            struct linux_dirent64_ {
-                uint64_t ino;
-                int64_t off;
-                unsigned short reclen;
-                unsigned char type;
-                char name[];
-            } *e = (void *)(k->dents + off);
-            if (!(e->name[0] == '.' &&
-                  (e->name[1] == '\0' || (e->name[1] == '.' && e->name[2] == '\0'))))
-                unlinkat(dir, e->name, 0);
-            off += e->reclen;
-        }
-    }
+    remove_tree(dir, 0);
     close(dir);
     rmdir(k->cleanup_dir);
 }

@@ -144,7 +144,7 @@ static char **command_env(hvd_task *t, const hvd_run_msg *req, hvd_err *err) {
     /* Made only now: tasks that never run a command (siblings) leave nothing in /dev/shm. */
     task_make_shm_dir(t);
     size_t n = req->env_set.n + req->env_unset.n;
-    hvd_env_change *ch = calloc(n + 1, sizeof *ch);
+    hvd_env_change *ch = calloc(n + 2, sizeof *ch);
     char **names = calloc(req->env_set.n ? req->env_set.n : 1, sizeof *names);
     char **envp = NULL;
     if (!ch || !names) {
@@ -168,10 +168,14 @@ static char **command_env(hvd_task *t, const hvd_run_msg *req, hvd_err *err) {
     for (size_t i = 0; i < req->env_unset.n; i++)
         ch[req->env_set.n + i] = (hvd_env_change){req->env_unset.v[i], NULL};
     /* First, so that a request naming it wins. */
+    /* Open MPI names its session directory (under the temp dir) and its shared-memory files
+     * (in /dev/shm) after the real hostname: two host hashes of one machine would share them
+     * and crash (hwloc's shared topology, the vader segments). Both go to the private dir. */
     if (t->shm_dir) {
-        memmove(ch + 1, ch, n * sizeof *ch);
+        memmove(ch + 2, ch, n * sizeof *ch);
         ch[0] = (hvd_env_change){"OMPI_MCA_btl_vader_backing_directory", t->shm_dir};
-        n++;
+        ch[1] = (hvd_env_change){"OMPI_MCA_orte_tmpdir_base", t->shm_dir};
+        n += 2;
     }
     envp = hvd_env_build(t->cmd_env, ch, n, err);
 out:

@@ -739,6 +739,8 @@ int main(int argc, char **argv) {
 
     if (!strcmp(mode, "stall")) {
         case_stall(&tk);
+        free(dt.addrs);
+        free(tk.addrs);
         return 0;
     }
     static const struct {
@@ -771,5 +773,7 @@ int main(int argc, char **argv) {
             case_idle(targets[ti], 1);
         }
     }
+    free(dt.addrs);
+    free(tk.addrs);
     return 0;
 }
