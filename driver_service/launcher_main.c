@@ -289,7 +289,8 @@ static int write_env_file(const launch_opts *o, const launch_dir *dir, const cha
 #define LOST_TASK_GRACE_MS 2000 /* a task that ended its part also drops its connection */
 
 static int watch_pipe[2] = {-1, -1};
-static volatile sig_atomic_t got_signal;
+/* Written by the signal handler, read by other threads: atomic (lock-free int). */
+static int got_signal;
 static int launch_stop;       /* hvd_launch_config.stop */
 static hvd_driver *watched;   /* set once the driver runs (atomic accesses) */
 static char stop_reason[160]; /* why the watcher stopped the job; "" if it did not */
@@ -297,7 +298,7 @@ static int watch_lost = 1;    /* lost tasks matter: cleared once mpirun has ende
 
 static void on_interrupt(int sig) {
     int saved = errno;
-    got_signal = sig;
+    __atomic_store_n(&got_signal, sig, __ATOMIC_SEQ_CST);
     if (watch_pipe[1] >= 0) (void)!write(watch_pipe[1], "s", 1);
     errno = saved;
 }
@@ -306,9 +307,20 @@ static const char *signal_name(int sig) {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
 }
 
+static pthread_mutex_t stop_mu = PTHREAD_MUTEX_INITIALIZER; /* guards stop_reason */
+
+/* Copies stop_reason (empty if the watcher did not stop the job). */
+static void get_stop_reason(char *out, size_t cap) {
+    pthread_mutex_lock(&stop_mu);
+    snprintf(out, cap, "%s", stop_reason);
+    pthread_mutex_unlock(&stop_mu);
+}
+
 static void stop_job(const char *why) {
+    pthread_mutex_lock(&stop_mu);
+    if (!stop_reason[0]) snprintf(stop_reason, sizeof stop_reason, "%s", why);
+    pthread_mutex_unlock(&stop_mu);
     if (__atomic_exchange_n(&launch_stop, 1, __ATOMIC_SEQ_CST)) return;
-    snprintf(stop_reason, sizeof stop_reason, "%s", why);
     hvd_driver *d = __atomic_load_n(&watched, __ATOMIC_ACQUIRE);
     if (d) hvd_driver_abort(d, why);
 }
@@ -323,7 +335,8 @@ static void *watch_main(void *arg) {
             char c;
             if (read(watch_pipe[0], &c, 1) <= 0 || c == 'q') return NULL;
             char why[64];
-            snprintf(why, sizeof why, "interrupted by %s", signal_name(got_signal));
+            snprintf(why, sizeof why, "interrupted by %s",
+                     signal_name(__atomic_load_n(&got_signal, __ATOMIC_SEQ_CST)));
             stop_job(why);
         }
         hvd_driver *d = __atomic_load_n(&watched, __ATOMIC_ACQUIRE);
@@ -447,7 +460,8 @@ int main(int argc, char **argv) {
                              .log_user = &o};
     hvd_driver *d = hvd_driver_start(&cfg, &err);
     __atomic_store_n(&watched, d, __ATOMIC_RELEASE);
-    if (d && got_signal) stop_job("interrupted"); /* a signal before the driver existed */
+    if (d && __atomic_load_n(&got_signal, __ATOMIC_SEQ_CST))
+        stop_job("interrupted"); /* a signal before the driver existed */
     hvd_secret_wipe(&secret);
     hvd_secret_wipe(&cfg.secret);
     local_tasks lt = {0};
@@ -536,12 +550,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "hvd-driver: cannot run mpirun: %s\n", err.msg);
         goto out;
     }
-    if (stop_reason[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", stop_reason);
+    char why[sizeof stop_reason];
+    get_stop_reason(why, sizeof why);
+    if (why[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", why);
     rc = report_results(d, &o, status, timed_out);
 out:
-    if (stop_reason[0] && rc == 0) rc = 1;
-    if (got_signal && stop_reason[0]) rc = 128 + got_signal;
     watch_stop(watcher);
+    char final_why[sizeof stop_reason];
+    get_stop_reason(final_why, sizeof final_why);
+    int sig = __atomic_load_n(&got_signal, __ATOMIC_SEQ_CST);
+    if (final_why[0] && rc == 0) rc = 1;
+    if (sig && final_why[0]) rc = 128 + sig;
     if (d) hvd_driver_shutdown_tasks(d);
     if (lt.n) local_tasks_stop(&lt, 5000);
     ssh_tasks_stop(sshl, 5000);

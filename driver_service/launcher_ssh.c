@@ -86,11 +86,12 @@ struct ssh_tasks {
 /* The interrupt of every session: written by the signal handler and by ssh_tasks_stop, never
  * read (hvd_ssh_run polls it). One job per process, hence static. */
 static int intr_pipe[2] = {-1, -1};
-static volatile sig_atomic_t got_signal;
+/* Written by the signal handler, read by other threads: atomic (lock-free int). */
+static int got_signal;
 
 static void on_signal(int sig) {
     int saved = errno;
-    got_signal = sig;
+    __atomic_store_n(&got_signal, sig, __ATOMIC_SEQ_CST);
     if (intr_pipe[1] >= 0) (void)!write(intr_pipe[1], "x", 1);
     errno = saved;
 }
@@ -373,7 +374,7 @@ static void *session_main(void *arg) {
     /* An end before ssh_tasks_stop: fatal while the job starts (the reason goes to
      * hvd_driver_wait_registration), harmless once the tasks ran their part. */
     char why[HVD_ERR_MAX + 300];
-    int sig = got_signal;
+    int sig = __atomic_load_n(&got_signal, __ATOMIC_SEQ_CST);
     int last = h->first_task + h->ntasks - 1;
     if (sig)
         snprintf(why, sizeof why, "interrupted by %s",
@@ -538,7 +539,7 @@ void ssh_tasks_stop(ssh_tasks *st, int grace_ms) {
     }
     pthread_mutex_lock(&st->mu);
     st->stopping = true;
-    while (st->running > 0 && !got_signal &&
+    while (st->running > 0 && !__atomic_load_n(&got_signal, __ATOMIC_SEQ_CST) &&
            pthread_cond_timedwait(&st->cv, &st->mu, &until) != ETIMEDOUT) {
     }
     int left = st->running;
@@ -555,7 +556,8 @@ void ssh_tasks_stop(ssh_tasks *st, int grace_ms) {
         pthread_join(h->thread, NULL);
         /* A host still setting up its session when the job ended (waiting for another host
          * that failed, or too slow for --start-timeout): say where it was. */
-        if (h->rc != 0 && !h->started && !h->reported && !got_signal)
+        if (h->rc != 0 && !h->started && !h->reported &&
+            !__atomic_load_n(&got_signal, __ATOMIC_SEQ_CST))
             fprintf(stderr, "hvd-driver: ssh host %s had not started its tasks: %s\n", h->name,
                     h->err.msg);
     }
