@@ -402,13 +402,15 @@ void hvd_task_stop(hvd_task *t) {
             task_log(t, HVD_LOG_WARN, "the command has not ended %d ms after the abort",
                      t->cfg.grace_ms + 5000);
     }
-    /* Late WAIT_EXIT calls (a sibling reconnecting) are answered for the minimum lifetime. */
+    /* Late WAIT_EXIT calls (a sibling reconnecting) are answered for the minimum lifetime,
+     * or until the driver shuts the job down: then every task ends, nobody needs the code. */
     if (t->ended) {
         int64_t until = t->ended_ms + t->cfg.min_lifetime_ms;
-        while (task_wait_until(t, until)) {
+        while (!t->job_over && task_wait_until(t, until)) {
         }
     }
     pthread_mutex_unlock(&t->mu);
+    task_watch_stop(t);
 
     on_loop(t, task_loop_quiesce);
     pthread_mutex_lock(&t->mu);

@@ -85,7 +85,8 @@ struct hvd_task {
     size_t naddrs;
     char **cmd_env; /* the command's base environment (hvd_env_build) */
     hvd_server *srv;
-    int abort_efd; /* eventfd, readable once an abort was requested (never reset) */
+    int abort_efd;         /* eventfd, readable once an abort was requested (never reset) */
+    struct watcher *watch; /* the driver watcher hvd_task_run started, until hvd_task_stop */
 
     /* ---- shared (mu) ---- */
     pthread_mutex_t mu;
@@ -96,6 +97,7 @@ struct hvd_task {
     int exit_code;          /* valid when ended */
     int64_t ended_ms;       /* monotonic time of the end */
     task_abort abort_why;   /* first reason to abort, ABORT_NONE if none */
+    bool job_over;          /* the driver shut the job down (answered WAIT_SHUTDOWN) */
     bool abort_sent;        /* the running command was told to abort (by us or a request) */
     char abort_detail[HVD_ERR_MAX];
     bool stopping;      /* hvd_task_stop began: refuse new commands */
@@ -138,6 +140,8 @@ bool task_wait_until(hvd_task *t, int64_t deadline_ms);
 /* Records the first reason to abort, wakes hvd_task_run and aborts the command on the loop.
  * Any thread. */
 void task_request_abort(hvd_task *t, task_abort why, const char *detail);
+/* Stops the driver watcher hvd_task_run left running (hvd_task_stop). */
+void task_watch_stop(hvd_task *t);
 
 /* ---- handlers.c ------------------------------------------------------------------------------ */
 /* Registers every task-service request handler on t->srv. Returns 0 or -1. */

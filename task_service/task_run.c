@@ -41,6 +41,7 @@ static void loop_abort_later(void *arg) {
 void task_request_abort(hvd_task *t, task_abort why, const char *detail) {
     pthread_mutex_lock(&t->mu);
     bool first = t->abort_why == ABORT_NONE;
+    if (why == ABORT_DRIVER_SHUTDOWN) t->job_over = true;
     if (first) {
         t->abort_why = why;
         snprintf(t->abort_detail, sizeof t->abort_detail, "%s", detail);
@@ -89,7 +90,7 @@ typedef struct watcher {
     hvd_task *t;
     pthread_t thread;
     bool running;
-    int stop_efd;     /* readable: hvd_task_run is returning */
+    int stop_efd;     /* readable: hvd_task_stop is stopping the watcher */
     atomic_bool stop; /* same, for checks between calls */
 } watcher;
 
@@ -303,12 +304,20 @@ static int run_body(hvd_task *t, int *exit_code, hvd_err *err) {
     return rc;
 }
 
+/* The watcher outlives hvd_task_run: after the command, hvd_task_stop keeps answering late
+ * WAIT_EXITs for the minimum lifetime, unless the driver shuts the job down first (every
+ * task then ends, so nobody needs the code any more), which the watcher hears. */
 int hvd_task_run(hvd_task *t, int *exit_code, hvd_err *err) {
-    watcher w;
-    watcher_start(&w, t);
+    if (!t->watch && (t->watch = calloc(1, sizeof *t->watch)) != NULL) watcher_start(t->watch, t);
     int code = 0;
     int rc = run_body(t, &code, err);
-    watcher_stop(&w);
     if (rc == 0 && exit_code) *exit_code = code;
     return rc;
+}
+
+void task_watch_stop(hvd_task *t) {
+    if (!t->watch) return;
+    watcher_stop(t->watch);
+    free(t->watch);
+    t->watch = NULL;
 }

@@ -44,7 +44,8 @@ typedef struct hvd_task_config {
                                 the command's arrival; <= 0: 600000 */
     int grace_ms;            /* abort: SIGTERM -> SIGKILL; <= 0: 5000 */
     int min_lifetime_ms;     /* exit code still answered this long after the end (by
-                                hvd_task_stop); 0: 3000; < 0: none */
+                                hvd_task_stop), or until the driver shuts the job down;
+                                0: 3000; < 0: none */
     hvd_task_log_fn log;     /* NULL: none */
     void *log_user;
     int log_level; /* lines above this level are not passed to log */

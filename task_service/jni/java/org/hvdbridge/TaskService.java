@@ -109,7 +109,8 @@ public final class TaskService implements AutoCloseable {
         }
 
         /** Exit code still answered this long after the command ended (close() waits for
-         *  it); 0 (default): 3 s; negative: not at all. */
+         *  it, unless the driver shuts the job down first); 0 (default): 3 s; negative: not
+         *  at all. */
         public Config minLifetimeMs(int v) {
             minLifetimeMs = v;
             return this;
