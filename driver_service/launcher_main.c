@@ -226,6 +226,8 @@ static int load_code(const launch_opts *o, hvd_code_msg *code) {
     code->arg.len = o->entry_arg ? strlen(o->entry_arg) : 0;
     return 0;
 }
+        free(code->object.data);
+        code->object.data = NULL;
 
 static void log_line(void *user, const char *line) {
     const launch_opts *o = user;
@@ -421,9 +423,11 @@ static void wait_for_results(hvd_driver *d, int np) {
 int main(int argc, char **argv) {
     launch_opts o = {0};
     int rc = parse(argc, argv, &o);
-    if (rc != 0) return rc;
     hvd_code_msg code;
-    if (load_code(&o, &code) != 0) return 1;
+    if (rc != 0 || load_code(&o, &code) != 0) {
+        free(o.mpi_args);
+        return rc != 0 ? rc : 1;
+    }
 
     hvd_err err;
     hvd_secret secret;

@@ -9,7 +9,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   openssh-server openssh-client
   clang libclang-rt-14-dev clang-format
-  iproute2 procps psmisc python3 strace
+  iproute2 procps psmisc python3 strace valgrind
 )
 
 missing=()
