@@ -104,6 +104,7 @@ void drv_reg_put_result(drv_registry *r, hvd_result_msg *m);
 typedef struct drv_held {
     hvd_driver *d;
     hvd_call *call;
+    char peer[HVD_HOST_MAX]; /* the address the call came from */
     struct drv_held *prev, *next;
 } drv_held;
 
@@ -129,6 +130,11 @@ struct hvd_driver {
     drv_held *held;      /* loop thread */
     atomic_size_t nheld; /* how many are held (any thread may read it) */
     atomic_size_t nlost; /* held calls whose connection broke before shutdown (any thread) */
+    int net_timeout_ms;  /* fixed at start */
+    /* The first of those (under mu): where it came from, the errno that broke it. */
+    bool lost_known;
+    char lost_peer[HVD_HOST_MAX];
+    int lost_err;
 };
 
 /* How many WAIT_SHUTDOWN calls are held now (any thread; for tests and diagnostics). */

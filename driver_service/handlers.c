@@ -300,6 +300,11 @@ static void on_held_cancel(void *arg) {
     hvd_driver *d = h->d;
     pthread_mutex_lock(&d->mu);
     bool expected = d->tasks_shutdown;
+    if (!expected && !d->lost_known) {
+        d->lost_known = true;
+        snprintf(d->lost_peer, sizeof d->lost_peer, "%s", h->peer);
+        d->lost_err = hvd_call_close_error(h->call);
+    }
     pthread_mutex_unlock(&d->mu);
     /* Every task service holds one WAIT_SHUTDOWN for the whole job: its connection breaking
      * before the driver shuts tasks down means that task service died or lost the network. */
@@ -338,6 +343,7 @@ static void on_wait_shutdown(hvd_call *call, const msgpack_object *body, void *u
     }
     h->d = d;
     h->call = call;
+    snprintf(h->peer, sizeof h->peer, "%s", hvd_call_peer_host(call));
     h->next = d->held;
     if (d->held) d->held->prev = h;
     d->held = h;

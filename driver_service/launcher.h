@@ -16,6 +16,8 @@ typedef struct launch_opts {
     int local_hosts;          /* --local H: start N local tasks on H fake hosts; 0: none */
     int timeout_s;            /* --timeout: whole job (0: none) */
     int start_timeout_s;      /* --start-timeout: registration and command start */
+    int net_timeout_s;        /* --net-timeout (HVD_NET_TIMEOUT): a task service silent this
+                                 long is lost (network partition) */
     const char *results_json; /* --results-json FILE */
     const char *env_file;     /* serve: --env-file FILE */
     const char **mpi_args;    /* --mpi-arg, in order */

@@ -64,6 +64,11 @@ static const char USAGE[] =
     "  -- COMMAND ARGS     entry point: a program each rank runs (found in PATH)\n"
     "  --timeout S         stop the job after S seconds (default: none)\n"
     "  --start-timeout S   time for tasks to register and for commands to start (default 120)\n"
+    "  --net-timeout S     a task service the driver hears nothing from for about S seconds\n"
+    "                      (TCP keepalive) is lost, e.g. behind a network partition: the job\n"
+    "                      stops, naming it; tasks end their command when they lose the\n"
+    "                      driver that long (default 15, or HVD_NET_TIMEOUT; local and ssh\n"
+    "                      tasks get it, start other tasks with --net-timeout S as well)\n"
     "  --nics a,b          use these interfaces; skip probing\n"
     "  --mpi-arg ARG       pass ARG to mpirun (repeat for several words)\n"
     "  --results-json FILE write every rank's result as JSON\n"
@@ -96,6 +101,9 @@ static int parse(int argc, char **argv, launch_opts *o) {
     else if (strcmp(argv[1], "run") != 0)
         return usage_error("the subcommand must be run or serve");
     o->start_timeout_s = 120;
+    o->net_timeout_s = HVD_NET_TIMEOUT_DEFAULT_MS / 1000;
+    const char *nt = getenv("HVD_NET_TIMEOUT");
+    if (nt && *nt) o->net_timeout_s = atoi(nt);
     o->mpi_args = calloc((size_t)argc, sizeof(char *));
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -131,6 +139,8 @@ static int parse(int argc, char **argv, launch_opts *o) {
             o->timeout_s = atoi(v);
         else if (!strcmp(a, "--start-timeout"))
             o->start_timeout_s = atoi(v);
+        else if (!strcmp(a, "--net-timeout"))
+            o->net_timeout_s = atoi(v);
         else if (!strcmp(a, "--results-json"))
             o->results_json = v;
         else if (!strcmp(a, "--env-file"))
@@ -170,6 +180,8 @@ static int parse(int argc, char **argv, launch_opts *o) {
     if (o->local_hosts < 0 || o->local_hosts > o->np)
         return usage_error("--local H must be between 1 and N");
     if (o->start_timeout_s < 1) return usage_error("--start-timeout must be at least 1 s");
+    if (o->net_timeout_s < 1 || o->net_timeout_s > 3600)
+        return usage_error("--net-timeout (or HVD_NET_TIMEOUT) must be 1 to 3600 s");
     if (!o->entry == !o->command)
         return usage_error("give either --entry LIB.so:SYMBOL or -- COMMAND");
     if (o->entry_arg && !o->entry) return usage_error("--entry-arg goes with --entry");
@@ -214,6 +226,8 @@ static int load_code(const launch_opts *o, hvd_code_msg *code) {
     code->object.len = len > 0 ? (size_t)len : 0;
     if (fread(code->object.data, 1, code->object.len, f) != code->object.len) {
         fprintf(stderr, "hvd-driver: cannot read the entry point %s\n", path);
+        free(code->object.data);
+        code->object.data = NULL;
         fclose(f);
         free(path);
         return -1;
@@ -226,8 +240,6 @@ static int load_code(const launch_opts *o, hvd_code_msg *code) {
     code->arg.len = o->entry_arg ? strlen(o->entry_arg) : 0;
     return 0;
 }
-        free(code->object.data);
-        code->object.data = NULL;
 
 static void log_line(void *user, const char *line) {
     const launch_opts *o = user;
@@ -295,7 +307,7 @@ static int watch_pipe[2] = {-1, -1};
 static int got_signal;
 static int launch_stop;       /* hvd_launch_config.stop */
 static hvd_driver *watched;   /* set once the driver runs (atomic accesses) */
-static char stop_reason[160]; /* why the watcher stopped the job; "" if it did not */
+static char stop_reason[512]; /* why the watcher stopped the job; "" if it did not */
 static int watch_lost = 1;    /* lost tasks matter: cleared once mpirun has ended */
 
 static void on_interrupt(int sig) {
@@ -348,9 +360,12 @@ static void *watch_main(void *arg) {
         clock_gettime(CLOCK_MONOTONIC, &ts);
         int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         if (lost_since < 0) lost_since = now;
-        if (now - lost_since >= LOST_TASK_GRACE_MS)
-            stop_job("a task service went away while the job ran (its connection to the driver "
-                     "broke: did the executor die?)");
+        char why[sizeof stop_reason];
+        /* A connection that timed out (network partition) is never a normal end: no grace. */
+        if (hvd_driver_lost_reason(d, why, sizeof why) || now - lost_since >= LOST_TASK_GRACE_MS)
+            stop_job(why[0] ? why
+                            : "a task service went away while the job ran (its connection to "
+                              "the driver broke: did the executor die?)");
     }
 }
 
@@ -461,7 +476,11 @@ int main(int argc, char **argv) {
                              .code = &code,
                              .nics = (const char *const *)nics,
                              .log = log_line,
-                             .log_user = &o};
+                             .log_user = &o,
+                             .net_timeout_ms = o.net_timeout_s * 1000};
+    char nt_text[16];
+    snprintf(nt_text, sizeof nt_text, "%d", o.net_timeout_s);
+    setenv("HVD_NET_TIMEOUT", nt_text, 1); /* local task services take it from here */
     hvd_driver *d = hvd_driver_start(&cfg, &err);
     __atomic_store_n(&watched, d, __ATOMIC_RELEASE);
     if (d && __atomic_load_n(&got_signal, __ATOMIC_SEQ_CST))

@@ -303,8 +303,8 @@ static char *launch_command(const ssh_tasks *st, const ssh_host *h, int k,
     for (int t = h->first_task; t < h->first_task + h->ntasks; t++) {
         sb_add(&s, "(cd \"$d/task%d\" && exec \"$b\" --driver ", t);
         sb_quote(&s, driver_addrs);
-        sb_add(&s, " --index %d --start-timeout %d --log-level %s", t, o->start_timeout_s,
-               o->verbose ? "info" : "warn");
+        sb_add(&s, " --index %d --start-timeout %d --net-timeout %d --log-level %s", t,
+               o->start_timeout_s, o->net_timeout_s, o->verbose ? "info" : "warn");
         if (h->hash[0]) sb_add(&s, " --host-hash %s", h->hash);
         sb_add(&s, ") & pids=\"$pids $!\"; ");
     }

@@ -1,5 +1,6 @@
 /* The driver's life cycle: start, addresses, waiting for registration, task lookups, shutting
  * the tasks down, abort and stop. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,7 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
     d->secret = cfg->secret;
     d->log = cfg->log;
     d->log_user = cfg->log_user;
+    d->net_timeout_ms = cfg->net_timeout_ms > 0 ? cfg->net_timeout_ms : HVD_NET_TIMEOUT_DEFAULT_MS;
     bool oom = drv_reg_init(&d->reg, cfg->num_tasks) != 0;
     if (cfg->code) {
         d->has_code = true;
@@ -79,6 +81,7 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
         .secret = cfg->secret,
         .bind_host = cfg->bind_host,
         .port = cfg->port,
+        .write_timeout_ms = d->net_timeout_ms,
     };
     d->srv = hvd_server_create(&sc, err);
     if (!d->srv) {
@@ -203,6 +206,57 @@ int hvd_driver_task(hvd_driver *d, uint32_t index, hvd_task_info *out, hvd_err *
 
 size_t hvd_driver_lost_tasks(hvd_driver *d) {
     return atomic_load(&d->nlost);
+}
+
+int hvd_driver_lost_reason(hvd_driver *d, char *buf, size_t cap) {
+    if (cap == 0) return 0;
+    buf[0] = '\0';
+    pthread_mutex_lock(&d->mu);
+    if (!d->lost_known) {
+        pthread_mutex_unlock(&d->mu);
+        return 0;
+    }
+    /* The tasks whose registration came from that address (a watcher connects from the same
+     * address as its registration; tasks on one host share it). */
+    uint32_t idx[8];
+    size_t n = 0, total = 0;
+    const char *host = NULL;
+    bool one_host = true;
+    for (uint32_t i = 0; i < d->reg.n; i++) {
+        const drv_task *t = &d->reg.tasks[i];
+        if (!t->registered || strcmp(t->peer, d->lost_peer) != 0) continue;
+        if (n < sizeof idx / sizeof idx[0]) idx[n++] = i;
+        total++;
+        if (!host)
+            host = t->info.host_hash;
+        else if (strcmp(host, t->info.host_hash) != 0)
+            one_host = false;
+    }
+    char who[HVD_HOST_MAX + HVD_HOST_HASH_MAX + 128], list[96];
+    drv_format_ranges(idx, n, list, sizeof list);
+    if (total == 1)
+        snprintf(who, sizeof who, "task %u (host %s at %s)", idx[0], host, d->lost_peer);
+    else if (total > 0 && one_host)
+        snprintf(who, sizeof who, "host %s (tasks %s%s at %s)", host, list, total > n ? ",..." : "",
+                 d->lost_peer);
+    else if (total > 0)
+        snprintf(who, sizeof who, "a task service at %s (one of tasks %s%s)", d->lost_peer, list,
+                 total > n ? ",..." : "");
+    else
+        snprintf(who, sizeof who, "a task service at %s", d->lost_peer);
+    if (d->lost_err == ETIMEDOUT)
+        snprintf(buf, cap,
+                 "lost contact with %s: its connection to the driver timed out (nothing heard "
+                 "for about %d s: a network partition, or the host hangs)",
+                 who, (d->net_timeout_ms + 999) / 1000);
+    else
+        snprintf(buf, cap,
+                 "%s went away while the job ran (its connection to the driver broke%s%s: did "
+                 "the executor die?)",
+                 who, d->lost_err ? ": " : "", d->lost_err ? strerror(d->lost_err) : "");
+    int timed_out = d->lost_err == ETIMEDOUT;
+    pthread_mutex_unlock(&d->mu);
+    return timed_out;
 }
 
 size_t drv_held_count(hvd_driver *d) {

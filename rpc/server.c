@@ -77,6 +77,7 @@ typedef struct conn {
     int64_t created_ms; /* for the handshake timeout */
     int64_t last_rx_ms; /* for the idle timeout */
     int64_t stall_ms;   /* when pending output last made progress (0: nothing pending) */
+    int err;            /* the errno that broke the connection (0: none, or end of file) */
     uint32_t events;    /* epoll events armed now */
     size_t accounted;   /* pending output counted in stats.output_queued */
     bool paused;        /* not reading: output is over max_output (resumes below half) */
@@ -91,6 +92,7 @@ struct hvd_call {
     uint32_t type;
     bool in_handler; /* the handler is running: answering must not free the call yet */
     bool answered;
+    int close_err; /* its connection's err, set when the connection went away */
     hvd_loop_fn cancel_fn;
     void *cancel_arg;
     hvd_loop_fn writable_fn;
@@ -239,6 +241,7 @@ static void conn_flush(conn *c) {
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        c->err = n < 0 ? errno : 0;
         conn_close(c);
         return;
     }
@@ -285,6 +288,7 @@ static void conn_close(conn *c) {
         hvd_call *call = c->calls;
         call_unlink(call);
         if (call->in_handler) continue;
+        call->close_err = c->err;
         if (call->cancel_fn) call->cancel_fn(call->cancel_arg);
         free(call);
     }
@@ -512,6 +516,7 @@ static void on_readable(conn *c) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (c->state == CS_HELLO || c->state == CS_PROOF) COUNT(c->srv, handshake_failed);
+        c->err = n < 0 ? errno : 0;
         conn_close(c); /* EOF or error */
         return;
     }
@@ -608,9 +613,10 @@ static void sweep(hvd_server *s) {
         bool expired = false;
         if (c->state != CS_OPEN)
             expired = now - c->created_ms > cfg->handshake_timeout_ms;
-        else if (c->stall_ms && now - c->stall_ms > cfg->write_timeout_ms)
+        else if (c->stall_ms && now - c->stall_ms > cfg->write_timeout_ms) {
             expired = true;
-        else if (!c->calls && hvd_buf_pending(&c->out) == 0)
+            c->err = ETIMEDOUT;
+        } else if (!c->calls && hvd_buf_pending(&c->out) == 0)
             expired = now - c->last_rx_ms > cfg->idle_timeout_ms;
         if (expired) {
             COUNT(s, timeouts);
@@ -963,6 +969,10 @@ uint32_t hvd_call_type(const hvd_call *c) {
 
 const char *hvd_call_peer_host(const hvd_call *c) {
     return c->c ? c->c->peer : "";
+}
+
+int hvd_call_close_error(const hvd_call *c) {
+    return c->close_err;
 }
 
 hvd_server *hvd_call_server(const hvd_call *c) {

@@ -22,6 +22,7 @@ static void usage(FILE *f) {
           "SYNOPSIS\n"
           "    hvd-task --driver ADDRS --index I [--gpus 0,1] [--host-hash H]\n"
           "             [--start-timeout SEC] [--grace SEC] [--min-lifetime SEC]\n"
+          "             [--net-timeout SEC]\n"
           "             [--nics lo,eth0] [--secret-file F] [--log-level LEVEL]\n"
           "    hvd-task --help\n"
           "\n"
@@ -64,6 +65,10 @@ static void usage(FILE *f) {
           "    --start-timeout SEC  how long to wait for each start-up step: reaching the\n"
           "                         driver, every task registering, and (first task of a host)\n"
           "                         the command arriving. Default 600.\n"
+          "    --net-timeout SEC    when the connection to the driver hears nothing for about\n"
+          "                         this long (TCP keepalive: a network partition), the driver\n"
+          "                         counts as gone and the command is aborted. Default\n"
+          "                         $HVD_NET_TIMEOUT, else 15.\n"
           "    --grace SEC          time between SIGTERM and SIGKILL when aborting the command.\n"
           "                         Default 5.\n"
           "    --min-lifetime SEC   how long the service stays up after the command ended, to\n"
@@ -197,7 +202,10 @@ static void free_list(char **v) {
 int main(int argc, char **argv) {
     const char *driver = getenv(HVD_DRIVER_ADDRS_ENV), *index_s = NULL, *gpus_s = NULL,
                *host_hash = NULL, *nics_s = NULL, *secret_file = NULL, *level_s = "info";
-    int start_ms = 600000, grace_ms = 5000, life_ms = 3000;
+    int start_ms = 600000, grace_ms = 5000, life_ms = 3000, net_ms = 15000;
+    const char *net_env = getenv("HVD_NET_TIMEOUT");
+    if (net_env && *net_env && (net_ms = parse_secs(net_env)) <= 0)
+        return bad_usage("bad HVD_NET_TIMEOUT %s", net_env);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -208,9 +216,10 @@ int main(int argc, char **argv) {
             return bad_usage("%s: the secret is never taken from the command line; set "
                              "HVD_SECRET or HVD_SECRET_FILE, or pass --secret-file",
                              a);
-        static const char *const with_value[] = {
-            "--driver", "--index", "--gpus",         "--host-hash",   "--start-timeout",
-            "--grace",  "--nics",  "--min-lifetime", "--secret-file", "--log-level"};
+        static const char *const with_value[] = {"--driver",    "--index",         "--gpus",
+                                                 "--host-hash", "--start-timeout", "--grace",
+                                                 "--nics",      "--min-lifetime",  "--secret-file",
+                                                 "--log-level", "--net-timeout"};
         size_t k = 0;
         while (k < sizeof with_value / sizeof *with_value && strcmp(a, with_value[k]) != 0)
             k++;
@@ -249,6 +258,10 @@ int main(int argc, char **argv) {
         case 8:
             secret_file = v;
             break;
+        case 10:
+            if ((ms = parse_secs(v)) <= 0) return bad_usage("bad --net-timeout %s", v);
+            net_ms = ms;
+            break;
         default:
             level_s = v;
             break;
@@ -286,6 +299,7 @@ int main(int argc, char **argv) {
                            .start_timeout_ms = start_ms,
                            .grace_ms = grace_ms,
                            .min_lifetime_ms = life_ms,
+                           .net_timeout_ms = net_ms,
                            .log = log_line,
                            .log_level = level};
     int rc = secret_file ? hvd_secret_read_file(&cfg.secret, secret_file, &err)

@@ -117,6 +117,8 @@ static void *watch_main(void *arg) {
                             .secret = t->cfg.secret,
                             .addrs = t->driver_addrs,
                             .naddrs = t->n_driver_addrs,
+                            .io_timeout_ms =
+                                t->cfg.net_timeout_ms > 0 ? t->cfg.net_timeout_ms : 15000,
                             .max_frame = WATCH_MAX_FRAME};
     for (int i = 0; i < WATCH_CONNECT_TRIES && !c && !atomic_load(&w->stop); i++) {
         if (i > 0) {

@@ -32,7 +32,13 @@ typedef struct hvd_driver_config {
     uint16_t port;            /* 0: ephemeral */
     hvd_log_fn log;           /* progress lines; NULL: none */
     void *log_user;
+    int net_timeout_ms; /* a task service whose connection hears nothing for about this long
+                           (TCP keepalive and TCP_USER_TIMEOUT) counts as lost, e.g. behind a
+                           network partition; <= 0: HVD_NET_TIMEOUT_DEFAULT_MS */
 } hvd_driver_config;
+
+/* The default of net_timeout_ms (hvd_task_config has the same for the task's side). */
+#define HVD_NET_TIMEOUT_DEFAULT_MS 15000
 
 /* Starts the driver service. Returns NULL with err. */
 hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err);
@@ -107,6 +113,13 @@ void hvd_driver_abort(hvd_driver *d, const char *reason);
  * whose command ended also drops it when it exits, so callers should allow the job a moment
  * to end by itself before treating a loss as a failure. Any thread. */
 size_t hvd_driver_lost_tasks(hvd_driver *d);
+
+/* One line about the first task service lost (see hvd_driver_lost_tasks) into buf: which task
+ * (known by the address its connection came from) and how (its connection timed out: contact
+ * lost, e.g. a network partition; or it broke: the task service died). Empty if none.
+ * Returns 1 if that connection timed out (a task that ends normally never drops it that way,
+ * so there is nothing to wait for), else 0. */
+int hvd_driver_lost_reason(hvd_driver *d, char *buf, size_t cap);
 
 /* Shuts tasks down, stops the service and frees everything. NULL is ignored. */
 void hvd_driver_stop(hvd_driver *d);

@@ -48,7 +48,10 @@ typedef struct hvd_task_config {
                                 0: 3000; < 0: none */
     hvd_task_log_fn log;     /* NULL: none */
     void *log_user;
-    int log_level; /* lines above this level are not passed to log */
+    int log_level;      /* lines above this level are not passed to log */
+    int net_timeout_ms; /* the driver counts as gone (and the command is ended) when the
+                           watcher's connection to it hears nothing for about this long (TCP
+                           keepalive, TCP_USER_TIMEOUT: a network partition); <= 0: 15000 */
 } hvd_task_config;
 
 /* Starts the task service and registers it with the driver (retrying with backoff while the

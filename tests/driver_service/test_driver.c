@@ -630,9 +630,16 @@ static void test_wait_shutdown(void) {
         CHECK(gone[i] && hvd_client_send(gone[i], &hvd_wait_shutdown_desc, NULL, &err) == 0);
     }
     CHECK_MSG(wait_held(d, GONE, 5000), "held %zu", drv_held_count(d));
+    char why[512];
+    CHECK(hvd_driver_lost_reason(d, why, sizeof why) == 0 && why[0] == '\0');
     for (int i = 0; i < GONE / 2; i++)
         hvd_client_close(gone[i]);
     CHECK_MSG(wait_held(d, GONE / 2, 5000), "held %zu", drv_held_count(d));
+    /* Closed, not timed out: the task service went away (no task registered from there). */
+    CHECK(hvd_driver_lost_tasks(d) == GONE / 2);
+    CHECK_MSG(hvd_driver_lost_reason(d, why, sizeof why) == 0 &&
+                  strstr(why, "a task service at ") && strstr(why, "went away while the job ran"),
+              "%s", why);
     enum { STAY = 5 };
     poll_arg stay[STAY];
     pthread_t sth[STAY];

@@ -27,7 +27,23 @@ no process of the job is left (processes carry HVD_E2E_MARK, /proc is scanned); 
 hvd-driver.* directory is left in the cell's TMPDIR and no new /dev/shm/hvd-task-* directory
 is left. The driver's message is recorded, and whether it names the victim.
 
-Without cell names: the CI subset (running phase, SIGKILL); --full: the whole matrix.
+A network partition is the cell running:link:DOWN: hvd-driver (and mpirun) in one network
+namespace, tasks 0-1 in a second (host A), tasks 2-3 in a third (host B), joined by veth
+pairs on a bridge (as in tests/e2e test_netns_hosts); once every rank sleeps in its entry,
+host B's veth is set down on the bridge side, so that its packets are black-holed (no RST,
+no FIN). It checks: hvd-driver exits non-zero within PARTITION_LIMIT (30 s) of the link going
+down. The default --net-timeout is 15 s: keepalive notices the silence 10-17.5 s after the
+cut and the driver stops the job at once (a timed-out connection is never a normal end), but
+mpirun cannot reach host B's orted either and is killed 10 s after its SIGTERM: 20-29 s in
+all. One line of the driver says it lost contact with
+host B's tasks (names e2e-faults-b or task 2/3) and that the connection timed out; the tasks
+in host B's namespace notice too and end their command (no process of the job is left within
+PARTITION_LIMIT + 10 s), and no temp file is left. The namespaces, veths and bridge are
+removed at the end whatever happens. Skipped (with the reason) when not root or when
+namespaces or bridges cannot be made.
+
+Without cell names: the CI subset (running phase, SIGKILL, and the partition); --full: the
+whole matrix and the partition.
 --write-doc writes the results table into docs/reliability.md.
 """
 import argparse
@@ -65,7 +81,14 @@ NOT_APPLICABLE = {
     ("registration", "rsh"), ("registration", "orted"), ("registration", "rank"),
     ("registration", "mpirun"), ("launch", "rank"),
 }
-CI_CELLS = ["running:%s:KILL" % v for v in VICTIMS]
+PARTITION_CELL = "running:link:DOWN"
+PARTITION_LIMIT = 30.0   # from the link going down to hvd-driver's exit (20-29 s expected)
+NAMES["link"] = ["e2e-faults-b", "task 2", "task 3"]
+CI_CELLS = ["running:%s:KILL" % v for v in VICTIMS] + [PARTITION_CELL]
+
+
+class Skip(Exception):
+    pass
 
 
 def marked_env(mark, tmpdir, **extra):
@@ -187,6 +210,7 @@ class Cell:
         self.leftovers = []
         self.failures = []
         self.note = ""
+        self.skipped = None    # why the cell could not run here
 
     def fail(self, what):
         self.failures.append(what)
@@ -373,9 +397,165 @@ def run_cell(cell):
                 shutil.rmtree(d, ignore_errors=True)
 
 
+def sh(*cmd):
+    subprocess.run(list(cmd), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def run_partition_cell(cell):
+    """running:link:DOWN (see the docstring): host B's link goes down while ranks run."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to create network namespaces")
+    if not shutil.which("ip"):
+        raise Skip("no ip command (iproute2)")
+    tag = uuid.uuid4().hex[:6]
+    ns = {k: "hvdf%s%s" % (tag, k) for k in "abd"}   # host A, host B, the driver's
+    bridge = "hfbr%s" % tag
+    veth = {k: "hf%s%s" % (tag, k) for k in ns}
+    net = "10.79.%d" % (int(tag[:2], 16) % 250)
+    made = []
+    mark = uuid.uuid4().hex
+    tmp = tempfile.mkdtemp(prefix="hvd-faults-")
+    work = os.path.join(tmp, "work")
+    tdir = os.path.join(tmp, "tmp")
+    os.mkdir(work)
+    os.mkdir(tdir)
+    shm_before = shm_dirs()
+    drv = None
+    tasks = []
+    errf = open(os.path.join(tmp, "driver.err"), "w+b")
+    try:
+        try:
+            sh("ip", "link", "add", bridge, "type", "bridge")
+        except (subprocess.CalledProcessError, OSError) as e:
+            raise Skip("cannot create a bridge: %s" %
+                       (e.stderr.decode().strip() if getattr(e, "stderr", None) else e))
+        made.append(("link", bridge))
+        sh("ip", "link", "set", bridge, "up")
+        for i, k in enumerate("abd"):
+            try:
+                sh("ip", "netns", "add", ns[k])
+            except subprocess.CalledProcessError as e:
+                raise Skip("cannot create a network namespace: %s" % e.stderr.decode().strip())
+            made.append(("netns", ns[k]))
+            sh("ip", "link", "add", veth[k], "type", "veth", "peer", "name", "eth0", "netns", ns[k])
+            made.append(("link", veth[k]))
+            sh("ip", "link", "set", veth[k], "master", bridge, "up")
+            sh("ip", "-n", ns[k], "addr", "add", "%s.%d/24" % (net, 10 + i), "dev", "eth0")
+            sh("ip", "-n", ns[k], "link", "set", "eth0", "up")
+            sh("ip", "-n", ns[k], "link", "set", "lo", "up")
+        env = marked_env(mark, tdir, HVD_E2E_DIR=work)
+        cmd = ["ip", "netns", "exec", ns["d"], os.path.join(ARGS.bin, "hvd-driver"), "run",
+               "-np", "4", "--start-timeout", "60", "--entry", ARGS.probe_lib + ":probe_entry",
+               "--entry-arg", "sleep=60"]
+        drv = subprocess.Popen(cmd, env=env, cwd=work, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=errf)
+        deadline = time.time() + 20
+        m = None
+        while time.time() < deadline and drv.poll() is None and not m:
+            time.sleep(0.05)
+            errf.seek(0)
+            m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", errf.read())
+        if not m:
+            cell.fail("hvd-driver did not say how to start tasks")
+            return
+        tenv = dict(env, HVD_SECRET_FILE=m.group(1).decode(), HVD_DRIVER_ADDRS=m.group(2).decode())
+        for i in range(4):
+            k = "a" if i < 2 else "b"
+            tasks.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns[k], os.path.join(ARGS.bin, "hvd-task"), "--index",
+                 str(i), "--start-timeout", "60"],
+                env=dict(tenv, HVD_HOST_HASH="e2e-faults-" + k), cwd=work,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.time() + 60
+        while time.time() < deadline and drv.poll() is None:
+            st = states(work)
+            if len(st) == 4 and all(v == "sleeping" for v in st.values()):
+                break
+            time.sleep(0.1)
+        if drv.poll() is not None:
+            cell.fail("the job ended before the link went down (status %d)" % drv.returncode)
+            return
+        if len(states(work)) != 4:
+            cell.fail("the ranks did not all reach their entry within 60 s")
+            return
+        processes_with(mark)  # note the job's shared-memory directories
+        t_cut = time.time()
+        sh("ip", "link", "set", veth["b"], "down")
+        try:
+            drv.wait(timeout=PARTITION_LIMIT)
+            cell.end_s = time.time() - t_cut
+            cell.status = drv.returncode
+            if drv.returncode == 0:
+                cell.fail("hvd-driver exited 0")
+        except subprocess.TimeoutExpired:
+            cell.fail("hvd-driver still running %.0f s after the link went down" % PARTITION_LIMIT)
+            try:
+                drv.wait(timeout=ARGS.overrun)
+                cell.note = "ended by itself after %.1f s" % (time.time() - t_cut)
+            except subprocess.TimeoutExpired:
+                cell.note = "still running after %.0f s" % (time.time() - t_cut)
+        # Host B's side ends by itself too (its tasks lose the driver): nothing may be left.
+        deadline = t_cut + PARTITION_LIMIT + 10
+        left = processes_with(mark)
+        while left and time.time() < deadline:
+            time.sleep(0.2)
+            left = processes_with(mark)
+        for pid, (argv, penv) in sorted(left.items()):
+            what = base(argv)
+            if "--index" in argv[:-1]:
+                what += " --index " + argv[argv.index("--index") + 1]
+            cell.leftovers.append("%s (pid %d)" % (what, pid))
+    finally:
+        for p in [drv] + tasks:
+            if p is not None and p.poll() is None:
+                p.kill()
+        for pid in processes_with(mark):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for p in [drv] + tasks:
+            if p is not None:
+                p.wait()
+        for kind, name in reversed(made):
+            if kind == "netns":
+                subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
+            else:
+                subprocess.run(["ip", "link", "del", name], stderr=subprocess.DEVNULL)
+        errf.seek(0)
+        stderr = errf.read().decode(errors="replace")
+        errf.close()
+        own, other = driver_message(stderr)
+        cell.message = own + other
+        if cell.skipped is None and drv is not None and drv.returncode is not None:
+            lines = [l for l in stderr.splitlines() if l.startswith("hvd-driver:")]
+            hit = [l for l in lines if "lost contact" in l and "timed out" in l]
+            cell.names_victim = any(w in l for w in NAMES["link"] for l in hit)
+            cell.others_name = cell.names_victim
+            if not hit:
+                cell.fail("no hvd-driver line says it lost contact (timed out)")
+            elif not cell.names_victim:
+                cell.fail("the lost-contact line names neither host B nor its tasks")
+            else:
+                cell.message = hit[:1] + other
+        for d in glob.glob(os.path.join(tdir, "hvd-driver.*")):
+            cell.leftovers.append("TMPDIR/" + os.path.basename(d))
+        new_shm = (shm_dirs() - shm_before) & SEEN_SHM
+        for d in sorted(new_shm):
+            cell.leftovers.append(d)
+        if cell.leftovers:
+            cell.fail("left behind: " + ", ".join(cell.leftovers))
+        if ARGS.keep:
+            print("    kept %s" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+            for d in new_shm:
+                shutil.rmtree(d, ignore_errors=True)
+
+
 def all_cells():
     return ["%s:%s:%s" % (p, v, s) for p in PHASES for v in VICTIMS for s in SIGNALS
-            if (p, v) not in NOT_APPLICABLE]
+            if (p, v) not in NOT_APPLICABLE] + [PARTITION_CELL]
 
 
 def table(cells):
@@ -389,12 +569,15 @@ def table(cells):
             msg = "(%s) %s" % (c.note, msg)
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             c.phase, c.victim, c.sig,
-            "%.1f" % c.end_s if c.end_s is not None else "> %.0f" % END_LIMIT,
+            "%.1f" % c.end_s if c.end_s is not None else
+            "> %.0f" % (PARTITION_LIMIT if c.victim == "link" else END_LIMIT),
             c.status if c.status is not None else "-",
             "%s / %s" % ({None: "n/a", True: "yes", False: "no"}[c.names_victim],
                          {None: "n/a", True: "yes", False: "no"}[c.others_name]),
             reldoc.md_cell(msg), reldoc.md_cell(", ".join(c.leftovers) or "none"),
-            "ok" if not c.failures else "**FAIL**: " + reldoc.md_cell("; ".join(c.failures))[:200]))
+            ("skipped: " + reldoc.md_cell(c.skipped)) if c.skipped is not None and not c.failures
+            else "ok" if not c.failures else
+            "**FAIL**: " + reldoc.md_cell("; ".join(c.failures))[:200]))
     return "\n".join(out)
 
 
@@ -421,17 +604,26 @@ def main():
         c = Cell(phase, victim, sig)
         t0 = time.time()
         try:
-            run_cell(c)
+            if victim == "link":
+                run_partition_cell(c)
+            else:
+                run_cell(c)
+        except Skip as e:
+            c.skipped = str(e)
         except Exception as e:  # a harness error fails the cell, the run goes on
             c.fail("harness: %r" % e)
         cells.append(c)
+        if c.skipped is not None:
+            print("skip %-28s %s" % (name, c.skipped), flush=True)
+            continue
         print("%s %-28s %5.1f s  end=%s status=%s names=%s msg=%r%s" % (
             "ok  " if not c.failures else "FAIL", name, time.time() - t0,
             "%.1f" % c.end_s if c.end_s is not None else "-", c.status, c.names_victim,
             " / ".join(c.message)[:200], "" if not c.failures else "\n     " + "; ".join(c.failures)),
             flush=True)
     failed = sum(1 for c in cells if c.failures)
-    print("%d passed, %d failed" % (len(cells) - failed, failed))
+    skipped = sum(1 for c in cells if c.skipped is not None and not c.failures)
+    print("%d passed, %d failed, %d skipped" % (len(cells) - failed - skipped, failed, skipped))
     if ARGS.write_doc:
         body = ("## Fault injection (tests/faults/test_faults.py%s)\n\n" % (" --full" if ARGS.full else "") +
                 "Job: `hvd-driver run -np 4 --local 2 --entry libprobe_entry.so:probe_entry` (registration "
@@ -439,9 +631,17 @@ def main():
                 "host: first_task = task 2, sibling = task 3, rank = rank 3. *end* is the time from the "
                 "kill to the driver's exit (driver victim: until no process of the job is left); limit "
                 "%.0f s. Leftovers: processes with the job's mark, `hvd-driver.*` in the job's TMPDIR, new "
-                "`/dev/shm/hvd-task-*`.\n\n" % END_LIMIT + table(cells) + "\n")
+                "`/dev/shm/hvd-task-*`. running:link:DOWN is the network partition: tasks 0-1 (host A), "
+                "tasks 2-3 (host B) and the driver in three network namespaces, host B's veth set down "
+                "while every rank sleeps in its entry (packets black-holed); *end* runs from the link "
+                "going down, limit %.0f s (default `--net-timeout` 15 s: noticed 10-17.5 s after the cut, then "
+                "mpirun, which cannot reach host B's orted, gets 10 s before SIGKILL), and the processes left in host "
+                "B's namespace must end by themselves within %.0f s.\n\n"
+                % (END_LIMIT, PARTITION_LIMIT, PARTITION_LIMIT + 10) + table(cells) + "\n")
         reldoc.write_section(os.path.abspath(ARGS.doc), "faults", body)
-    return 1 if failed else 0
+    if failed:
+        return 1
+    return 77 if skipped and skipped == len(cells) else 0
 
 
 if __name__ == "__main__":
