@@ -9,7 +9,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   openssh-server openssh-client
   clang libclang-rt-14-dev clang-format
-  iproute2 procps psmisc python3 strace valgrind
+  iproute2 procps psmisc python3 python3-venv strace valgrind
+  gnuplot-nox
 )
 
 missing=()

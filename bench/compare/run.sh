@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# hvd-bridge against Horovod-on-Spark and ssh, on this machine, in one run (issue: side-by-side
+# benchmarks). One command:
+#
+#   bash bench/compare/run.sh             full run (5 timed runs per cell, ~10-15 min on 2 cores),
+#                                         then writes docs/performance.md's "Against Horovod on
+#                                         Spark" section and docs/img/compare-*.png
+#   bash bench/compare/run.sh --smoke     one run of each cell at the smallest sizes, checks that
+#                                         every measure still works; writes nothing in docs/
+#                                         (CI runs this)
+#   extra arguments go to compare.py (e.g. --runs 7 --hosts 1,2,4,8,16)
+#
+# Sets up the peer from registries only: a virtual environment (build/compare-venv, with the
+# system's site packages, where scripts/install-spark.sh put pyspark) gets horovod==0.28.1 from
+# PyPI built without any framework plugin (HOROVOD_WITHOUT_*: only the pure-Python launcher is
+# used), plus the packages horovod.spark imports (numpy<2, pyarrow<11, fsspec). Needs a build
+# with the JNI layer (build/, as scripts/test.sh makes it), Open MPI, gnuplot, Java, sshd.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
+smoke=0
+if [ "${1:-}" = "--smoke" ]; then
+  smoke=1
+  shift
+fi
+build=$(realpath -m "${HVD_BUILD:-build}")
+venv=$(realpath -m "${HVD_COMPARE_VENV:-$build/compare-venv}")
+py=${PYTHON:-python3}
+
+bash scripts/install-spark.sh >/dev/null
+for t in mpirun gnuplot java sshd cc; do
+  command -v "$t" >/dev/null || { echo "compare: $t is missing: run scripts/install-deps.sh" >&2; exit 2; }
+done
+if [ ! -x "$build/bin/hvd-rsh" ] || [ ! -f "$build/lib/hvd-bridge.jar" ] ||
+   [ ! -f "$build/examples/spark/hvd-bridge-spark-example.jar" ]; then
+  echo "compare: building hvd-bridge in $build" >&2
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" -j"$(nproc)" >/dev/null
+fi
+
+if ! "$venv/bin/python" -c 'import horovod, horovod.spark' 2>/dev/null; then
+  echo "compare: setting up $venv (horovod==0.28.1 from PyPI, no framework plugin)" >&2
+  rm -rf "$venv"
+  "$py" -m venv --system-site-packages "$venv"
+  HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITHOUT_GLOO=1 "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    --no-cache-dir "horovod==0.28.1" "numpy<2" "pyarrow<11" fsspec >&2
+  "$venv/bin/python" -c 'import horovod, horovod.spark, pyspark' ||
+    { echo "compare: horovod.spark does not import in $venv" >&2; exit 1; }
+fi
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+if [ $smoke = 1 ]; then
+  "$py" bench/compare/compare.py --python "$venv/bin/python" --bin "$build/bin" \
+    --jar "$build/lib/hvd-bridge.jar" --example-jar "$build/examples/spark/hvd-bridge-spark-example.jar" \
+    --runs 1 --rss-runs 1 --hosts 1,2 --spark-tasks 2 --stream-mib 16 --json "$out/smoke.json" "$@"
+  "$py" bench/compare/report.py "$out/smoke.json"
+  echo "compare: smoke run passed"
+else
+  rc=0  # failed runs are listed in the tables too; the exit status says so afterwards
+  "$py" bench/compare/compare.py --python "$venv/bin/python" --bin "$build/bin" \
+    --jar "$build/lib/hvd-bridge.jar" --example-jar "$build/examples/spark/hvd-bridge-spark-example.jar" \
+    --json "$out/compare.json" "$@" || rc=$?
+  [ -s "$out/compare.json" ] || exit "${rc/#0/1}"
+  cp "$out/compare.json" docs/compare-results.json
+  "$py" bench/compare/report.py docs/compare-results.json --doc docs/performance.md --plots docs/img
+  exit $rc
+fi

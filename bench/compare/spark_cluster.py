@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Starts spark_app.py on a real local Spark cluster (spark-submit --master
+local-cluster[2,4,1024]: a master, 2 workers, 2 executor JVMs of 4 cores, all on loopback)
+with the virtual environment's python on the driver and the executors, and checks that
+nothing of it is left afterwards. Used by compare.py (measure "spark").
+
+  spark_cluster.py --bin BIN --python VENV_PY --jar hvd-bridge.jar
+                   --example-jar hvd-bridge-spark-example.jar --tasks 2,4,8 --runs 5 --out F
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "spark"))
+import test_spark  # noqa: E402  (find_spark_home, private_spark_home, marked)
+
+TRIVIAL_ENTRY_C = r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include "hvd/entry.h"
+/* The trivial entry point: returns the wall clock at entry, as text. */
+int trivial_entry(const hvd_entry_ctx *ctx, hvd_entry_result *out) {
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    out->data = malloc(32);
+    if (!out->data) return 1;
+    out->len = (size_t)snprintf((char *)out->data, 32, "%.6f", ts.tv_sec + ts.tv_nsec / 1e9);
+    return 0;
+}
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--python", required=True)
+    ap.add_argument("--jar", required=True)
+    ap.add_argument("--example-jar", required=True)
+    ap.add_argument("--tasks", default="2,4,8")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--timeout", type=int, default=900)
+    a = ap.parse_args()
+
+    spark_home = test_spark.find_spark_home()
+    if not spark_home:
+        print("spark_cluster: no Spark (install pyspark: scripts/install-spark.sh)", file=sys.stderr)
+        return 2
+    for f in (a.jar, a.example_jar):
+        if not os.path.isfile(f):
+            print("spark_cluster: %s is missing (build with the JNI layer: Java 17 and CMake)" % f,
+                  file=sys.stderr)
+            return 2
+    work = tempfile.mkdtemp(prefix="hvd-compare-spark.")
+    so = os.path.join(work, "libtrivial_entry.so")
+    src = os.path.join(work, "trivial_entry.c")
+    with open(src, "w") as f:
+        f.write(TRIVIAL_ENTRY_C)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", os.path.join(REPO, "include"), "-o", so, src],
+                   check=True)
+    home = test_spark.private_spark_home(spark_home, work)
+    marker = "compare-" + uuid.uuid4().hex[:12]
+    env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", HVD_BIN_DIR=os.path.abspath(a.bin),
+               PYSPARK_PYTHON=a.python, PYSPARK_DRIVER_PYTHON=a.python, HVD_TEST_MARKER=marker)
+    env.pop("PYTHONPATH", None)
+    cmd = [os.path.join(home, "bin", "spark-submit"),
+           "--master", "local-cluster[2,4,1024]",
+           "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.log.level=WARN",
+           "--conf", "spark.local.dir=" + os.path.join(work, "local"),
+           "--conf", "spark.executorEnv.HVD_BIN_DIR=" + os.path.abspath(a.bin),
+           "--conf", "spark.executor.extraLibraryPath=" + os.path.dirname(os.path.abspath(a.jar)),
+           "--jars", "%s,%s" % (os.path.abspath(a.jar), os.path.abspath(a.example_jar)),
+           os.path.join(HERE, "spark_app.py"), os.path.abspath(a.out), os.path.abspath(a.bin), so,
+           a.tasks, str(a.runs)]
+    t0 = time.time()
+    rc = 1
+    try:
+        rc = subprocess.run(cmd, env=env, cwd=work, stdin=subprocess.DEVNULL, timeout=a.timeout,
+                            start_new_session=True).returncode
+    except subprocess.TimeoutExpired:
+        print("spark_cluster: spark-submit ran past %d s" % a.timeout, file=sys.stderr)
+    finally:
+        deadline = time.time() + 20
+        left = test_spark.marked(marker)
+        while left and time.time() < deadline:
+            time.sleep(0.5)
+            left = test_spark.marked(marker)
+        for p in left:
+            print("spark_cluster: left running after the application: %s (killed)" % p, file=sys.stderr)
+            try:
+                os.kill(int(p.split(":")[0]), 9)
+            except OSError:
+                pass
+        subprocess.run(["rm", "-rf", work])
+    print("spark_cluster: spark-submit exited %d after %.0f s" % (rc, time.time() - t0), file=sys.stderr)
+    return 0 if rc == 0 and not left else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
