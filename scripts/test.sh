@@ -5,6 +5,7 @@
 #   scripts/test.sh --sanitize address,undefined   (build-asan/, clang)
 #   scripts/test.sh --sanitize thread               (build-tsan/, clang)
 # Extra arguments after -- go to ctest (e.g. -- -R rpc).
+# HVD_TEST_RECORD=FILE appends the run's outcome to FILE (see scripts/test-record.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,7 @@ while [ $# -gt 0 ]; do
     --sanitize) sanitize="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,5 +41,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
-cd "$build"
-ctest --output-on-failure "$@"
+# HVD_TEST_RECORD=FILE: append this run's outcome to FILE (scripts/test-record.py; its doc
+# command turns FILE into the sanitizer table of docs/reliability.md).
+junit=$(mktemp)
+trap 'rm -f "$junit"' EXIT
+rc=0
+(cd "$build" && ctest --output-on-failure --output-junit "$junit" "$@") || rc=$?
+if [ -n "${HVD_TEST_RECORD:-}" ] && [ -s "$junit" ]; then
+  python3 scripts/test-record.py add "$junit" "${sanitize:-plain}" "$HVD_TEST_RECORD"
+fi
+exit $rc
