@@ -58,12 +58,20 @@ def doc(a):
          "report fails the test that triggered it (`halt_on_error=1`, ASan leak checking on).", "",
          "| build | date | tests | passed | failed | skipped | test time (s) | skipped, and why | failed |",
          "|---|---|---|---|---|---|---|---|---|"]
+    def grouped(items):
+        """'a (why); b (why)' -> 'a, b: why' (tests skipped for the same reason together)."""
+        by = {}
+        for it in filter(None, items.split("; ")):
+            name, _, why = it.partition(" (")
+            by.setdefault(why[:-1] if why.endswith(")") else why, []).append(name)
+        return "; ".join("%s: %s" % (", ".join(n), w) if w else ", ".join(n) for w, n in by.items())
+
     for mode in ("plain", "address,undefined", "thread"):
         if mode in newest:
             p = newest[mode]
             L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 {"plain": "plain (-Werror)", "address,undefined": "ASan+UBSan", "thread": "TSan"}[mode],
-                p[0], p[2], p[3], p[4], p[5], p[6], reldoc.md_cell(p[7]) or "–", reldoc.md_cell(p[8]) or "–"))
+                p[0], p[2], p[3], p[4], p[5], p[6], reldoc.md_cell(grouped(p[7])) or "–", reldoc.md_cell(p[8]) or "–"))
     reldoc.write_section(a.doc, "sanitizers", "\n".join(L))
     print("test-record: wrote the sanitizer section of %s" % a.doc)
     return 0
