@@ -380,21 +380,27 @@ def run_cell(cell):
             cell.names_victim = any(w in l for w in words for l in own)
             cell.others_name = any(w in l for w in words for l in stderr.splitlines()
                                    if re.match(r"(\[[^]]*\]<std\w+>:)?\s*hvd-", l))
-        for d in glob.glob(os.path.join(tdir, "hvd-driver.*")):
-            cell.leftovers.append("TMPDIR/" + os.path.basename(d))
-        time.sleep(0.2)
-        # Only the job's own directories: those its processes named (others' jobs run too).
-        new_shm = (shm_dirs() - shm_before) & SEEN_SHM
-        for d in sorted(new_shm):
-            cell.leftovers.append(d)
-        if cell.leftovers:
-            cell.fail("left behind: " + ", ".join(cell.leftovers))
-        if ARGS.keep:
-            print("    kept %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-            for d in new_shm:
-                shutil.rmtree(d, ignore_errors=True)
+        check_files_left(cell, tdir, tmp, shm_before)
+
+
+def check_files_left(cell, tdir, tmp, shm_before):
+    """Fails the cell for the job's files left behind (its private dirs in TMPDIR, the
+    /dev/shm backing dirs its processes named), then removes them and the cell's dir."""
+    for d in glob.glob(os.path.join(tdir, "hvd-driver.*")):
+        cell.leftovers.append("TMPDIR/" + os.path.basename(d))
+    time.sleep(0.2)
+    # Only the job's own directories: those its processes named (others' jobs run too).
+    new_shm = (shm_dirs() - shm_before) & SEEN_SHM
+    for d in sorted(new_shm):
+        cell.leftovers.append(d)
+    if cell.leftovers:
+        cell.fail("left behind: " + ", ".join(cell.leftovers))
+    if ARGS.keep:
+        print("    kept %s" % tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in new_shm:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def sh(*cmd):
@@ -538,19 +544,7 @@ def run_partition_cell(cell):
                 cell.fail("the lost-contact line names neither host B nor its tasks")
             else:
                 cell.message = hit[:1] + other
-        for d in glob.glob(os.path.join(tdir, "hvd-driver.*")):
-            cell.leftovers.append("TMPDIR/" + os.path.basename(d))
-        new_shm = (shm_dirs() - shm_before) & SEEN_SHM
-        for d in sorted(new_shm):
-            cell.leftovers.append(d)
-        if cell.leftovers:
-            cell.fail("left behind: " + ", ".join(cell.leftovers))
-        if ARGS.keep:
-            print("    kept %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-            for d in new_shm:
-                shutil.rmtree(d, ignore_errors=True)
+        check_files_left(cell, tdir, tmp, shm_before)
 
 
 def all_cells():
