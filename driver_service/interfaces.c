@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/loop.h"
 #include "driver_internal.h"
 
 /* Threads that tell the tasks at once (1024 tasks: 64 rounds of connect + call). */
@@ -296,7 +297,7 @@ static int wait_reports(hvd_driver *d, int64_t start, int64_t deadline, hvd_err 
 
 int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, hvd_err *err) {
     *ifaces = NULL;
-    if (hvd_server_on_loop(d->srv))
+    if (hvd_loop_on_thread(hvd_server_loop(d->srv)))
         return hvd_err_set(err, HVD_E_STATE,
                            "hvd_driver_common_interfaces blocks and must not run on the driver's "
                            "loop thread");

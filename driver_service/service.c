@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/loop.h"
 #include "driver_internal.h"
 
 /* Largest number of tasks a driver accepts (tables are sized by it up front). */
@@ -279,11 +280,12 @@ void hvd_driver_shutdown_tasks(hvd_driver *d) {
     d->tasks_shutdown = true;
     pthread_mutex_unlock(&d->mu);
     if (!first) return;
-    if (hvd_server_on_loop(d->srv)) {
+    if (hvd_loop_on_thread(hvd_server_loop(d->srv))) {
         answer_held_post(d);
         return;
     }
-    if (hvd_server_post(d->srv, answer_held_post, d) != 0) return; /* stopped: nothing held */
+    if (hvd_loop_post(hvd_server_loop(d->srv), answer_held_post, d) != 0)
+        return; /* stopped: nothing held */
     /* Wait until the answers are queued, so a stop that follows flushes them. The loop runs
      * the post soon; hvd_server_stop would run it too. */
     pthread_mutex_lock(&d->mu);

@@ -11,11 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "buf.h"
+#include "common/buf.h"
+#include "common/clock.h"
 #include "envelope.h"
 #include "frame.h"
 #include "handshake.h"
-#include "tcp.h"
+#include "common/sock.h"
 
 #include <openssl/crypto.h>
 
@@ -33,19 +34,6 @@ struct hvd_client {
     size_t sealed_len; /* of the frame being read; 0 while reading its header */
     uint64_t next_id;
 };
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Milliseconds left until deadline (-1: none) for poll(). */
-static int left_ms(int64_t deadline) {
-    if (deadline < 0) return -1;
-    int64_t left = deadline - now_ms();
-    return left <= 0 ? 0 : (int)left;
-}
 
 static void disconnect(hvd_client *c) {
     if (c->fd >= 0) close(c->fd);
@@ -69,7 +57,7 @@ static int send_all(int fd, const uint8_t *p, size_t n, int64_t deadline, hvd_er
         }
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int r = hvd_wait_fd(fd, POLLOUT, left_ms(deadline));
+            int r = hvd_wait_fd(fd, POLLOUT, hvd_ms_left(deadline));
             if (r == 0) return hvd_err_set(err, HVD_E_TIMEOUT, "timed out sending");
             if (r < 0) return hvd_err_set(err, HVD_E_IO, "poll: %s", strerror(errno));
             continue;
@@ -83,7 +71,7 @@ static int send_all(int fd, const uint8_t *p, size_t n, int64_t deadline, hvd_er
  * reply is rarely there the moment it is wanted, so this saves the read that would fail. */
 static int recv_at_least(int fd, hvd_buf *in, size_t n, int64_t deadline, hvd_err *err) {
     while (hvd_buf_pending(in) < n) {
-        int w = hvd_wait_fd(fd, POLLIN, left_ms(deadline));
+        int w = hvd_wait_fd(fd, POLLIN, hvd_ms_left(deadline));
         if (w == 0) return hvd_err_set(err, HVD_E_TIMEOUT, "timed out waiting for the service");
         if (w < 0) return hvd_err_set(err, HVD_E_IO, "poll: %s", strerror(errno));
         size_t want = n - hvd_buf_pending(in);
@@ -281,7 +269,7 @@ static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
         free(live);
         return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     }
-    int64_t deadline = now_ms() + c->cfg.probe_timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->cfg.probe_timeout_ms;
     for (size_t k = 0; k < n; k++) {
         probe *p = &ps[k];
         hvd_err e;
@@ -299,7 +287,7 @@ static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
             live[nl++] = k;
         }
         if (nl == 0) break;
-        int pr = poll(pfds, nl, left_ms(deadline));
+        int pr = poll(pfds, nl, hvd_ms_left(deadline));
         if (pr < 0 && errno == EINTR) continue;
         if (pr <= 0) break;
         /* In address order, so that when several answer at once the preferred one wins. */
@@ -511,7 +499,7 @@ int hvd_client_call(hvd_client *c, const hvd_msg_desc *req_desc, const void *req
                    : connect_any(c, (c->cur + 1) % c->naddrs, err) != 0)
             return -1;
         int to = timeout_ms == 0 ? c->cfg.io_timeout_ms : timeout_ms;
-        int64_t deadline = to < 0 ? -1 : now_ms() + to;
+        int64_t deadline = to < 0 ? -1 : hvd_now_ms() + to;
         uint64_t id = ++c->next_id;
         int remote = 0;
         int rc = send_request(c, id, req_desc, req, deadline, err);
@@ -536,7 +524,7 @@ int hvd_client_call(hvd_client *c, const hvd_msg_desc *req_desc, const void *req
 
 int hvd_client_send(hvd_client *c, const hvd_msg_desc *req_desc, const void *req, hvd_err *err) {
     if (c->fd < 0) return hvd_err_set(err, HVD_E_IO, "not connected");
-    int64_t deadline = now_ms() + c->cfg.io_timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->cfg.io_timeout_ms;
     if (send_request(c, ++c->next_id, req_desc, req, deadline, err) != 0) {
         name_err(c, err);
         return -1;
@@ -554,7 +542,7 @@ int hvd_client_call_stream(hvd_client *c, const hvd_msg_desc *req_desc, const vo
     int to = timeout_ms == 0 ? c->cfg.io_timeout_ms : timeout_ms;
     uint64_t id = ++c->next_id;
     int remote = 0;
-    int64_t deadline = to < 0 ? -1 : now_ms() + to;
+    int64_t deadline = to < 0 ? -1 : hvd_now_ms() + to;
     int rc = send_request(c, id, req_desc, req, deadline, err);
     bool interrupted = false;
     while (rc == 0) {
@@ -572,7 +560,7 @@ int hvd_client_call_stream(hvd_client *c, const hvd_msg_desc *req_desc, const vo
             struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN},
                                   {.fd = interrupt_fd, .events = POLLIN}};
             int np = (interrupt_fd >= 0 && !interrupted) ? 2 : 1;
-            int pr = poll(p, (nfds_t)np, left_ms(deadline));
+            int pr = poll(p, (nfds_t)np, hvd_ms_left(deadline));
             if (pr < 0 && errno == EINTR) continue;
             if (pr == 0) {
                 rc = hvd_err_set(err, HVD_E_TIMEOUT, "no data from the service for %d ms", to);
@@ -592,7 +580,7 @@ int hvd_client_call_stream(hvd_client *c, const hvd_msg_desc *req_desc, const vo
         if (rc == GOT_REPLY) return 0;
         if (rc >= 0) {
             rc = 0;
-            deadline = to < 0 ? -1 : now_ms() + to; /* the timeout is for silence */
+            deadline = to < 0 ? -1 : hvd_now_ms() + to; /* the timeout is for silence */
         }
     }
     if (!remote) disconnect(c);

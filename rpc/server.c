@@ -1,10 +1,8 @@
-/* The event-driven RPC server: one epoll loop thread per server (include/hvd/rpc.h).
- *
- * Everything about connections happens on the loop thread: accept, handshake, frame
- * opening, dispatch to handlers, replies, streams, timers and watched descriptors. Other
- * threads only post closures (a mutex-protected queue and an eventfd) and read counters.
- * Objects that epoll may still report in the current batch (connections, watches) are
- * unlinked at once and freed after the batch. */
+/* The event-driven RPC server (include/hvd/rpc.h), on an event loop of its own
+ * (common/loop.h) whose thread runs everything about connections: accept, handshake, frame
+ * opening, dispatch to handlers, replies and streams. Other threads reach it through the
+ * loop's posts and read counters. A connection closed while the loop's current batch may
+ * still point at it is unlinked at once and freed after the batch. */
 #include "hvd/rpc.h"
 
 #include <arpa/inet.h>
@@ -18,56 +16,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
 
-#include "buf.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/loop.h"
+#include "common/sock.h"
 #include "envelope.h"
 #include "frame.h"
 #include "handshake.h"
-#include "tcp.h"
 
 #define SWEEP_MS          250       /* how often timeouts are checked */
 #define READ_BUDGET       (1 << 20) /* bytes read from one connection per wake-up, for fairness */
 #define STOP_FLUSH_MS     1000      /* how long stop lets pending output drain */
-#define MAX_EVENTS        256
-#define ACCEPT_BACKOFF_MS 100 /* pause in accepting after EMFILE and the like */
-
-typedef enum { SRC_LISTEN, SRC_WAKE, SRC_CONN, SRC_WATCH } src_kind;
-
-typedef struct watch {
-    src_kind kind; /* first: epoll data points here */
-    int fd;
-    hvd_fd_fn fn;
-    void *arg;
-    struct watch *next;
-} watch;
-
-typedef struct timer {
-    uint64_t id;
-    int64_t due_ms;
-    hvd_loop_fn fn;
-    void *arg;
-    struct timer *next;
-} timer;
-
-typedef struct post {
-    hvd_loop_fn fn;
-    void *arg;
-    struct post *next;
-} post;
+#define ACCEPT_BACKOFF_MS 100       /* pause in accepting after EMFILE and the like */
 
 typedef enum { CS_HELLO, CS_PROOF, CS_OPEN, CS_DEAD } conn_state;
 
 typedef struct conn {
-    src_kind kind; /* first: epoll data points here */
     hvd_server *srv;
     int fd;
+    hvd_watch *watch; /* the loop's watch of fd */
     conn_state state;
     char peer[HVD_HOST_MAX];
     uint8_t nc[HVD_NONCE_LEN], ns[HVD_NONCE_LEN];
@@ -93,9 +67,9 @@ struct hvd_call {
     bool in_handler; /* the handler is running: answering must not free the call yet */
     bool answered;
     int close_err; /* its connection's err, set when the connection went away */
-    hvd_loop_fn cancel_fn;
+    hvd_call_fn cancel_fn;
     void *cancel_arg;
-    hvd_loop_fn writable_fn;
+    hvd_call_fn writable_fn;
     void *writable_arg;
     struct hvd_call *prev, *next;
 };
@@ -115,42 +89,24 @@ struct hvd_server {
     hvd_server_config cfg;
     char *name;
     int listen_fd;
-    src_kind listen_kind;
-    int wake_fd;
-    src_kind wake_kind;
-    int epfd;
     uint16_t port;
+    hvd_loop *loop;          /* the loop everything runs on (owned) */
+    hvd_watch *listen_watch; /* NULL once stopping */
 
     handler *handlers;
     size_t nhandlers;
 
-    pthread_t thread;
-    bool started;         /* the loop thread was created */
-    bool stopped;         /* hvd_server_stop finished */
-    bool stopping;        /* loop thread: leave */
-    bool draining;        /* loop thread: stopping, only pending output is still written */
-    char *bind_host;      /* the numeric address bound, or NULL for all interfaces */
-    pthread_mutex_t lock; /* guards posts, stopping, posts_closed */
-    post *posts, *posts_tail;
-    bool posts_closed;
+    bool started;    /* the loop thread was started */
+    bool stopped;    /* hvd_server_stop finished */
+    bool draining;   /* stopping: only pending output is still written */
+    char *bind_host; /* the numeric address bound, or NULL for all interfaces */
 
     conn *conns; /* open connections */
     conn *dead;  /* closed this batch, freed after it */
-    watch *watches;
-    watch *dead_watches;
-    timer *timers; /* sorted by due time */
-    uint64_t next_timer_id;
-    int64_t next_sweep_ms;
 
     msgpack_sbuffer sb; /* scratch for encoding on the loop thread */
     counters st;
 };
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 #define COUNT(s, field) atomic_fetch_add_explicit(&(s)->st.field, 1, memory_order_relaxed)
 
@@ -195,8 +151,7 @@ static void update_interest(conn *c) {
     uint32_t ev = (c->paused || c->srv->draining ? 0 : EPOLLIN) |
                   (pending > 0 || wants_writable(c) ? EPOLLOUT : 0);
     if (ev == c->events) return;
-    struct epoll_event e = {.events = ev, .data.ptr = c};
-    if (epoll_ctl(c->srv->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0) c->events = ev;
+    if (hvd_loop_watch_events(c->srv->loop, c->watch, ev, NULL) == 0) c->events = ev;
 }
 
 /* Runs the writable callbacks once output is below half the bound. Called only from the
@@ -210,7 +165,7 @@ static void fire_writable(conn *c) {
         while (call && !call->writable_fn)
             call = call->next;
         if (!call) break;
-        hvd_loop_fn fn = call->writable_fn;
+        hvd_call_fn fn = call->writable_fn;
         call->writable_fn = NULL;
         fn(call->writable_arg);
     }
@@ -236,7 +191,7 @@ static void conn_flush(conn *c) {
         if (n > 0) {
             hvd_buf_consume(&c->out, (size_t)n);
             account_output(c);
-            c->stall_ms = now_ms();
+            c->stall_ms = hvd_now_ms();
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -260,7 +215,7 @@ static int conn_send(conn *c, uint32_t kind, uint32_t type, uint64_t id, const h
         conn_close(c);
         return -1;
     }
-    if (c->stall_ms == 0) c->stall_ms = now_ms();
+    if (c->stall_ms == 0) c->stall_ms = hvd_now_ms();
     conn_flush(c);
     return c->state == CS_DEAD ? -1 : 0;
 }
@@ -270,7 +225,8 @@ static void conn_close(conn *c) {
     hvd_server *s = c->srv;
     c->state = CS_DEAD;
     account_output(c);
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    hvd_loop_unwatch(s->loop, c->watch);
+    c->watch = NULL;
     close(c->fd);
     c->fd = -1;
     if (c->prev)
@@ -302,16 +258,13 @@ static void conn_free(conn *c) {
     free(c);
 }
 
-static void bury_dead(hvd_server *s) {
+/* The loop's after-batch hook: frees the connections closed during the batch. */
+static void bury_dead(void *arg) {
+    hvd_server *s = arg;
     while (s->dead) {
         conn *c = s->dead;
         s->dead = c->next;
         conn_free(c);
-    }
-    while (s->dead_watches) {
-        watch *w = s->dead_watches;
-        s->dead_watches = w->next;
-        free(w);
     }
 }
 
@@ -482,7 +435,7 @@ static void process_input(conn *c) {
             conn_close(c);
             return;
         }
-        c->last_rx_ms = now_ms();
+        c->last_rx_ms = hvd_now_ms();
         hvd_envelope env;
         if (hvd_envelope_unpack(frame + HVD_FRAME_HDR, plen, &env, &err) != 0) {
             COUNT(s, malformed);
@@ -522,27 +475,68 @@ static void on_readable(conn *c) {
     }
 }
 
+/* The loop's callback for a connection's descriptor. */
+static void conn_event(int fd, uint32_t e, void *arg) {
+    (void)fd;
+    conn *c = arg;
+    if (c->state == CS_DEAD) return;
+    if (e & EPOLLOUT) {
+        bool was_paused = c->paused;
+        conn_flush(c);
+        /* Frames that arrived while reading was paused are handled now. */
+        if (was_paused && !c->paused) process_input(c);
+        fire_writable(c);
+    }
+    if (c->state != CS_DEAD && (e & (EPOLLIN | EPOLLERR | EPOLLHUP))) on_readable(c);
+}
+
 /* ---- Accepting ---------------------------------------------------------------------------- */
 
 static void rearm_listen(void *arg) {
     hvd_server *s = arg;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_kind};
-    epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->listen_fd, &ev);
+    if (s->listen_watch) hvd_loop_watch_events(s->loop, s->listen_watch, EPOLLIN, NULL);
 }
 
-static void on_accept(hvd_server *s) {
+static void conn_add(hvd_server *s, int fd, const struct sockaddr_storage *ss) {
+    conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->srv = s;
+    c->fd = fd;
+    c->state = CS_HELLO;
+    c->created_ms = c->last_rx_ms = hvd_now_ms();
+    hvd_sockaddr_host(ss, c->peer, sizeof c->peer);
+    hvd_sock_tune(fd, s->cfg.write_timeout_ms);
+    c->events = EPOLLIN;
+    c->watch = hvd_loop_watch(s->loop, fd, EPOLLIN, conn_event, c, NULL);
+    if (!c->watch) {
+        close(fd);
+        free(c);
+        return;
+    }
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    COUNT(s, accepted);
+    atomic_fetch_add_explicit(&s->st.open_conns, 1, memory_order_relaxed);
+}
+
+static void on_accept(int lfd, uint32_t events, void *arg) {
+    (void)events;
+    hvd_server *s = arg;
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
-        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* Out of descriptors or memory: the pending connection stays queued and the
                  * socket stays readable, so stop listening for a moment instead of spinning. */
-                struct epoll_event ev = {.events = 0, .data.ptr = &s->listen_kind};
-                epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->listen_fd, &ev);
-                hvd_server_timer(s, ACCEPT_BACKOFF_MS, rearm_listen, s);
+                hvd_loop_watch_events(s->loop, s->listen_watch, 0, NULL);
+                hvd_loop_timer(s->loop, ACCEPT_BACKOFF_MS, rearm_listen, s);
             }
             return;
         }
@@ -551,62 +545,16 @@ static void on_accept(hvd_server *s) {
             close(fd);
             continue;
         }
-        conn *c = calloc(1, sizeof *c);
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->kind = SRC_CONN;
-        c->srv = s;
-        c->fd = fd;
-        c->state = CS_HELLO;
-        c->created_ms = c->last_rx_ms = now_ms();
-        hvd_sockaddr_host(&ss, c->peer, sizeof c->peer);
-        hvd_sock_tune(fd, s->cfg.write_timeout_ms);
-        c->events = EPOLLIN;
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            close(fd);
-            free(c);
-            continue;
-        }
-        c->next = s->conns;
-        if (s->conns) s->conns->prev = c;
-        s->conns = c;
-        COUNT(s, accepted);
-        atomic_fetch_add_explicit(&s->st.open_conns, 1, memory_order_relaxed);
+        conn_add(s, fd, &ss);
     }
 }
 
-/* ---- Timers, posts and timeouts --------------------------------------------------------- */
+/* ---- Timeouts ------------------------------------------------------------------------------ */
 
-static void run_posts(hvd_server *s) {
-    uint64_t v;
-    (void)!read(s->wake_fd, &v, sizeof v);
-    pthread_mutex_lock(&s->lock);
-    post *p = s->posts;
-    s->posts = s->posts_tail = NULL;
-    pthread_mutex_unlock(&s->lock);
-    while (p) {
-        post *next = p->next;
-        p->fn(p->arg);
-        free(p);
-        p = next;
-    }
-}
-
-static void run_timers(hvd_server *s) {
-    int64_t now = now_ms();
-    while (s->timers && s->timers->due_ms <= now) {
-        timer *t = s->timers;
-        s->timers = t->next;
-        t->fn(t->arg);
-        free(t);
-    }
-}
-
-static void sweep(hvd_server *s) {
-    int64_t now = now_ms();
+/* Closes connections past their handshake, write or idle timeout; runs every SWEEP_MS. */
+static void sweep(void *arg) {
+    hvd_server *s = arg;
+    int64_t now = hvd_now_ms();
     const hvd_server_config *cfg = &s->cfg;
     for (conn *c = s->conns, *next; c; c = next) {
         next = c->next;
@@ -624,77 +572,42 @@ static void sweep(hvd_server *s) {
             conn_close(c);
         }
     }
-    s->next_sweep_ms = now + SWEEP_MS;
+    hvd_loop_timer(s->loop, SWEEP_MS, sweep, s);
 }
 
-static int next_wait_ms(hvd_server *s) {
-    int64_t now = now_ms();
-    int64_t due = s->next_sweep_ms;
-    if (s->timers && s->timers->due_ms < due) due = s->timers->due_ms;
-    return due <= now ? 0 : (int)(due - now);
-}
+/* ---- Stopping ---------------------------------------------------------------------------- */
 
-static void handle_events(hvd_server *s, struct epoll_event *evs, int n, bool output_only) {
-    for (int i = 0; i < n; i++) {
-        src_kind *k = evs[i].data.ptr;
-        uint32_t e = evs[i].events;
-        if (*k == SRC_LISTEN) {
-            if (!output_only) on_accept(s);
-        } else if (*k == SRC_WAKE) {
-            run_posts(s);
-        } else if (*k == SRC_WATCH) {
-            watch *w = (watch *)k;
-            if (w->fn && !output_only) w->fn(w->fd, e, w->arg);
-        } else {
-            conn *c = (conn *)k;
-            if (c->state == CS_DEAD) continue;
-            if (e & EPOLLOUT) {
-                bool was_paused = c->paused;
-                conn_flush(c);
-                if (output_only) continue;
-                /* Frames that arrived while reading was paused are handled now. */
-                if (was_paused && !c->paused) process_input(c);
-                fire_writable(c);
-            }
-            if (output_only) continue;
-            if (c->state != CS_DEAD && (e & (EPOLLIN | EPOLLERR | EPOLLHUP))) on_readable(c);
-        }
-    }
-}
-
-static void *loop_main(void *arg) {
-    hvd_server *s = arg;
-    struct epoll_event evs[MAX_EVENTS];
-    s->next_sweep_ms = now_ms() + SWEEP_MS;
-    for (;;) {
-        pthread_mutex_lock(&s->lock);
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->lock);
-        if (stopping) break;
-        int n = epoll_wait(s->epfd, evs, MAX_EVENTS, next_wait_ms(s));
-        if (n < 0 && errno != EINTR) break;
-        if (n > 0) handle_events(s, evs, n, false);
-        run_timers(s);
-        if (now_ms() >= s->next_sweep_ms) sweep(s);
-        bury_dead(s);
-    }
-    /* Stopping: no new connections or requests; let replies already queued drain. */
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+/* After the loop stopped: lets replies already queued drain for up to STOP_FLUSH_MS, on the
+ * calling thread, writing only (no new connections, requests, timers or other watches). */
+static void drain_output(hvd_server *s) {
     s->draining = true;
-    for (conn *c = s->conns; c; c = c->next)
-        update_interest(c);
-    int64_t deadline = now_ms() + STOP_FLUSH_MS;
+    int64_t deadline = hvd_now_ms() + STOP_FLUSH_MS;
     for (;;) {
-        bool pending = false;
+        size_t n = 0;
         for (conn *c = s->conns; c; c = c->next)
-            if (hvd_buf_pending(&c->out) > 0) pending = true;
-        int64_t left = deadline - now_ms();
-        if (!pending || left <= 0) break;
-        int n = epoll_wait(s->epfd, evs, MAX_EVENTS, (int)(left > 50 ? 50 : left));
-        if (n > 0) handle_events(s, evs, n, true);
+            if (hvd_buf_pending(&c->out) > 0) n++;
+        int left = hvd_ms_left(deadline);
+        if (n == 0 || left <= 0) return;
+        struct pollfd *pf = calloc(n, sizeof *pf);
+        conn **cs = calloc(n, sizeof *cs);
+        if (!pf || !cs) {
+            free(pf);
+            free(cs);
+            return;
+        }
+        size_t k = 0;
+        for (conn *c = s->conns; c && k < n; c = c->next)
+            if (hvd_buf_pending(&c->out) > 0) {
+                cs[k] = c;
+                pf[k++] = (struct pollfd){.fd = c->fd, .events = POLLOUT};
+            }
+        if (poll(pf, k, left > 50 ? 50 : left) > 0)
+            for (size_t i = 0; i < k; i++)
+                if (pf[i].revents) conn_flush(cs[i]);
+        free(pf);
+        free(cs);
         bury_dead(s);
     }
-    return NULL;
 }
 
 /* ---- Public API ------------------------------------------------------------------------- */
@@ -721,34 +634,19 @@ hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err) {
     s->cfg.bind_host = NULL; /* kept in s->bind_host */
     s->name = strdup(cfg->name);
     if (cfg->bind_host) s->bind_host = strdup(cfg->bind_host);
-    s->listen_fd = s->wake_fd = s->epfd = -1;
-    s->listen_kind = SRC_LISTEN;
-    s->wake_kind = SRC_WAKE;
-    pthread_mutex_init(&s->lock, NULL);
+    s->listen_fd = -1;
     msgpack_sbuffer_init(&s->sb);
     if (!s->name) {
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
         goto fail;
     }
     s->listen_fd = hvd_listen_tcp(cfg->bind_host, cfg->port, &s->port, err);
-    if (s->listen_fd < 0) {
+    if (s->listen_fd < 0 || !(s->loop = hvd_loop_create(err)) ||
+        !(s->listen_watch = hvd_loop_watch(s->loop, s->listen_fd, EPOLLIN, on_accept, s, err))) {
         hvd_err_prefix(err, "%s: ", cfg->name);
         goto fail;
     }
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->epfd < 0 || s->wake_fd < 0) {
-        hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot create epoll/eventfd: %s", cfg->name,
-                    strerror(errno));
-        goto fail;
-    }
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_kind};
-    struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &s->wake_kind};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0 ||
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &wev) != 0) {
-        hvd_err_set(err, HVD_E_INTERNAL, "%s: epoll_ctl: %s", cfg->name, strerror(errno));
-        goto fail;
-    }
+    hvd_loop_set_after_batch(s->loop, bury_dead, s);
     return s;
 fail:
     hvd_server_destroy(s);
@@ -766,38 +664,27 @@ int hvd_server_handle(hvd_server *s, uint32_t type, hvd_handler_fn fn, void *use
 
 int hvd_server_start(hvd_server *s, hvd_err *err) {
     if (s->started) return hvd_err_set(err, HVD_E_STATE, "%s is already started", s->name);
-    int rc = pthread_create(&s->thread, NULL, loop_main, s);
-    if (rc != 0)
-        return hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot start its loop thread: %s", s->name,
-                           strerror(rc));
+    if (!hvd_loop_timer(s->loop, SWEEP_MS, sweep, s))
+        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    if (hvd_loop_start(s->loop, err) != 0) return hvd_err_prefix(err, "%s: ", s->name);
     s->started = true;
     return 0;
 }
 
 void hvd_server_stop(hvd_server *s) {
     if (!s || s->stopped) return;
-    pthread_mutex_lock(&s->lock);
-    s->stopping = true;
-    pthread_mutex_unlock(&s->lock);
-    if (s->started) {
-        uint64_t one = 1;
-        (void)!write(s->wake_fd, &one, sizeof one);
-        pthread_join(s->thread, NULL);
-    }
-    /* The loop is gone: this thread now owns everything. Run what was posted after the loop
-     * left (so posted work is never silently lost), then close connections, which cancels
-     * held calls. */
-    pthread_mutex_lock(&s->lock);
-    s->posts_closed = true;
-    pthread_mutex_unlock(&s->lock);
-    run_posts(s);
+    /* The loop thread ends after its current batch, and what was posted runs here (so posted
+     * work, such as answers queued by other threads, is never silently lost). This thread
+     * now owns everything: no new connections; queued output drains; then closing the
+     * connections cancels the calls still held. */
+    hvd_loop_stop(s->loop);
+    hvd_loop_unwatch(s->loop, s->listen_watch);
+    s->listen_watch = NULL;
+    for (conn *c = s->conns; c; c = c->next)
+        update_interest(c);
+    drain_output(s);
     while (s->conns)
         conn_close(s->conns);
-    while (s->timers) {
-        timer *t = s->timers;
-        s->timers = t->next;
-        free(t);
-    }
     bury_dead(s);
     s->stopped = true;
 }
@@ -805,16 +692,9 @@ void hvd_server_stop(hvd_server *s) {
 void hvd_server_destroy(hvd_server *s) {
     if (!s) return;
     hvd_server_stop(s);
-    while (s->watches) {
-        watch *w = s->watches;
-        s->watches = w->next;
-        free(w);
-    }
+    hvd_loop_free(s->loop);
     if (s->listen_fd >= 0) close(s->listen_fd);
-    if (s->wake_fd >= 0) close(s->wake_fd);
-    if (s->epfd >= 0) close(s->epfd);
     msgpack_sbuffer_destroy(&s->sb);
-    pthread_mutex_destroy(&s->lock);
     hvd_secret_wipe(&s->cfg.secret);
     free(s->handlers);
     free(s->name);
@@ -828,6 +708,10 @@ uint16_t hvd_server_port(const hvd_server *s) {
 
 const char *hvd_server_name(const hvd_server *s) {
     return s->name;
+}
+
+struct hvd_loop *hvd_server_loop(hvd_server *s) {
+    return s->loop;
 }
 
 int hvd_server_addrs(const hvd_server *s, const char *const *only, hvd_addr **out, size_t *n,
@@ -863,102 +747,6 @@ void hvd_server_get_stats(hvd_server *s, hvd_server_stats *o) {
     o->timeouts = atomic_load(&s->st.timeouts);
     o->open_conns = atomic_load(&s->st.open_conns);
     o->output_queued = atomic_load(&s->st.output_queued);
-}
-
-int hvd_server_post(hvd_server *s, hvd_loop_fn fn, void *arg) {
-    post *p = malloc(sizeof *p);
-    if (!p) return -1;
-    p->fn = fn;
-    p->arg = arg;
-    p->next = NULL;
-    pthread_mutex_lock(&s->lock);
-    if (s->posts_closed) {
-        pthread_mutex_unlock(&s->lock);
-        free(p);
-        return -1;
-    }
-    if (s->posts_tail)
-        s->posts_tail->next = p;
-    else
-        s->posts = p;
-    s->posts_tail = p;
-    pthread_mutex_unlock(&s->lock);
-    uint64_t one = 1;
-    (void)!write(s->wake_fd, &one, sizeof one);
-    return 0;
-}
-
-bool hvd_server_on_loop(const hvd_server *s) {
-    return s->started && pthread_equal(pthread_self(), s->thread);
-}
-
-uint64_t hvd_server_timer(hvd_server *s, int delay_ms, hvd_loop_fn fn, void *arg) {
-    timer *t = malloc(sizeof *t);
-    if (!t) return 0;
-    t->id = ++s->next_timer_id;
-    t->due_ms = now_ms() + (delay_ms < 0 ? 0 : delay_ms);
-    t->fn = fn;
-    t->arg = arg;
-    timer **pp = &s->timers;
-    while (*pp && (*pp)->due_ms <= t->due_ms)
-        pp = &(*pp)->next;
-    t->next = *pp;
-    *pp = t;
-    return t->id;
-}
-
-void hvd_server_timer_cancel(hvd_server *s, uint64_t id) {
-    for (timer **pp = &s->timers; *pp; pp = &(*pp)->next) {
-        if ((*pp)->id == id) {
-            timer *t = *pp;
-            *pp = t->next;
-            free(t);
-            return;
-        }
-    }
-}
-
-int hvd_server_watch(hvd_server *s, int fd, uint32_t events, hvd_fd_fn fn, void *arg,
-                     hvd_err *err) {
-    for (watch *w = s->watches; w; w = w->next) {
-        if (w->fd == fd) {
-            struct epoll_event ev = {.events = events, .data.ptr = w};
-            if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
-                return hvd_err_set(err, HVD_E_INTERNAL, "cannot watch fd %d: %s", fd,
-                                   strerror(errno));
-            w->fn = fn;
-            w->arg = arg;
-            return 0;
-        }
-    }
-    watch *w = calloc(1, sizeof *w);
-    if (!w) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    w->kind = SRC_WATCH;
-    w->fd = fd;
-    w->fn = fn;
-    w->arg = arg;
-    struct epoll_event ev = {.events = events, .data.ptr = w};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        free(w);
-        return hvd_err_set(err, HVD_E_INTERNAL, "cannot watch fd %d: %s", fd, strerror(errno));
-    }
-    w->next = s->watches;
-    s->watches = w;
-    return 0;
-}
-
-void hvd_server_unwatch(hvd_server *s, int fd) {
-    for (watch **pp = &s->watches; *pp; pp = &(*pp)->next) {
-        if ((*pp)->fd == fd) {
-            watch *w = *pp;
-            *pp = w->next;
-            epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
-            w->fn = NULL; /* an event for it may still be in the current batch */
-            w->next = s->dead_watches;
-            s->dead_watches = w;
-            return;
-        }
-    }
 }
 
 /* ---- Calls ------------------------------------------------------------------------------- */
@@ -1024,7 +812,7 @@ void hvd_call_fail(hvd_call *call, int code, const char *fmt, ...) {
     call_done(call);
 }
 
-void hvd_call_on_cancel(hvd_call *call, hvd_loop_fn fn, void *arg) {
+void hvd_call_on_cancel(hvd_call *call, hvd_call_fn fn, void *arg) {
     call->cancel_fn = fn;
     call->cancel_arg = arg;
 }
@@ -1042,7 +830,7 @@ size_t hvd_call_stream_room(const hvd_call *call) {
     return pending >= max ? 0 : max - pending;
 }
 
-void hvd_call_on_writable(hvd_call *call, hvd_loop_fn fn, void *arg) {
+void hvd_call_on_writable(hvd_call *call, hvd_call_fn fn, void *arg) {
     call->writable_fn = fn;
     call->writable_arg = arg;
     /* Arm EPOLLOUT even if nothing is pending, so the callback runs on the next loop pass. */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
+#include "common/env.h"
 #include "hvd/proto.h"
 #include "task_internal.h"
 
@@ -70,7 +70,7 @@ void task_loop_abort(void *arg) {
             task_log(t, HVD_LOG_INFO,
                      "aborting the command: SIGTERM to all its processes, SIGKILL after %d ms",
                      t->cfg.grace_ms);
-            hvd_command_abort(t->cmd);
+            hvd_proc_abort(t->cmd);
         }
         return;
     }
@@ -213,12 +213,12 @@ static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
         hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
     } else {
         if (t->cfg.log_level >= HVD_LOG_DEBUG) log_env(t, &req, envp);
-        hvd_command_spec spec = {.command = req.command,
-                                 .envp = envp,
-                                 .cwd = t->work_dir,
-                                 .grace_ms = t->cfg.grace_ms,
-                                 .cleanup_dir = t->shm_dir};
-        t->cmd = hvd_command_start(&spec, &err);
+        hvd_proc_spec spec = {.command = req.command,
+                              .envp = envp,
+                              .cwd = t->work_dir,
+                              .grace_ms = t->cfg.grace_ms,
+                              .cleanup_dir = t->shm_dir};
+        t->cmd = hvd_proc_start(&spec, &err);
         if (!t->cmd) {
             task_log(t, HVD_LOG_ERROR, "%s", err.msg);
             hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
@@ -228,7 +228,7 @@ static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
              * for up to the grace period, on a path that should never be taken. */
             task_log(t, HVD_LOG_ERROR, "cannot watch the command: %s", err.msg);
             pump_stop(t);
-            hvd_command_free(t->cmd);
+            hvd_proc_free(t->cmd);
             t->cmd = NULL;
             hvd_call_fail(call, HVD_E_INTERNAL, "%s cannot watch the command: %s", t->name,
                           err.msg);
@@ -238,7 +238,7 @@ static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
             pthread_cond_broadcast(&t->cv);
             pthread_mutex_unlock(&t->mu);
             task_log(t, HVD_LOG_INFO, "running the command (pid %d) for %s: %.300s%s",
-                     (int)hvd_command_pid(t->cmd), hvd_call_peer_host(call), req.command,
+                     (int)hvd_proc_pid(t->cmd), hvd_call_peer_host(call), req.command,
                      strlen(req.command) > 300 ? "..." : "");
             for (task_sub *s = t->subs; s; s = s->next)
                 s->active = true; /* ATTACH calls held until now */

@@ -19,6 +19,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "common/loop.h"
 #include "hvd/proto.h"
 #include "task_internal.h"
 
@@ -38,7 +39,7 @@ static void loop_local_room(void *arg) {
 /* Writer thread: the local queue drained; continue on the loop. */
 static void on_local_room(void *arg) {
     hvd_task *t = arg;
-    hvd_server_post(t->srv, loop_local_room, t);
+    hvd_loop_post(hvd_server_loop(t->srv), loop_local_room, t);
 }
 
 /* Whether every sink can take a whole chunk now. Starts the local sink on first use. */
@@ -73,8 +74,8 @@ static void pause_pipes(hvd_task *t) {
         t->paused = true;
         for (int i = 0; i < 2; i++) {
             task_pipe *p = &t->pipes[i];
-            if (p->watched) hvd_server_unwatch(t->srv, p->fd);
-            p->watched = false;
+            hvd_loop_unwatch(hvd_server_loop(t->srv), p->watch);
+            p->watch = NULL;
         }
         task_log(t, HVD_LOG_DEBUG, "output paused: a reader is behind");
     }
@@ -128,10 +129,9 @@ static bool drain(hvd_task *t, task_pipe *p) {
 }
 
 static int watch_pipe(hvd_task *t, task_pipe *p, hvd_err *err) {
-    if (p->fd < 0 || p->watched) return 0;
-    if (hvd_server_watch(t->srv, p->fd, EPOLLIN, on_pipe, p, err) != 0) return -1;
-    p->watched = true;
-    return 0;
+    if (p->fd < 0 || p->watch) return 0;
+    p->watch = hvd_loop_watch(hvd_server_loop(t->srv), p->fd, EPOLLIN, on_pipe, p, err);
+    return p->watch ? 0 : -1;
 }
 
 void pump_resume(hvd_task *t) {
@@ -150,7 +150,7 @@ void pump_resume(hvd_task *t) {
         hvd_err err;
         if (watch_pipe(t, &t->pipes[i], &err) != 0) {
             task_log(t, HVD_LOG_ERROR, "cannot read the command's output: %s", err.msg);
-            hvd_command_abort(t->cmd);
+            hvd_proc_abort(t->cmd);
         }
     }
     check_end(t);
@@ -171,16 +171,18 @@ static void on_pipe(int fd, uint32_t events, void *arg) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     /* End-of-file: every process holding the write end has exited (or a read error, which
      * a pipe does not produce; treat it the same). */
-    hvd_server_unwatch(t->srv, p->fd);
-    p->watched = false;
+    hvd_loop_unwatch(hvd_server_loop(t->srv), p->watch);
+    p->watch = NULL;
     p->fd = -1;
     check_end(t);
 }
 
 static void on_exit_fd(int fd, uint32_t events, void *arg) {
+    (void)fd;
     (void)events;
     hvd_task *t = arg;
-    hvd_server_unwatch(t->srv, fd);
+    hvd_loop_unwatch(hvd_server_loop(t->srv), t->exit_watch);
+    t->exit_watch = NULL;
     t->exit_seen = true;
     check_end(t);
 }
@@ -196,10 +198,10 @@ int pump_start(hvd_task *t, bool prefix, bool timestamps, hvd_err *err) {
     for (int i = 0; i < 2; i++) {
         task_pipe *p = &t->pipes[i];
         p->t = t;
-        p->fd = i == 0 ? hvd_command_stdout_fd(t->cmd) : hvd_command_stderr_fd(t->cmd);
+        p->fd = i == 0 ? hvd_proc_stdout_fd(t->cmd) : hvd_proc_stderr_fd(t->cmd);
         p->channel = i == 0 ? HVD_CHANNEL_STDOUT : HVD_CHANNEL_STDERR;
         p->local_fd = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
-        p->watched = false;
+        p->watch = NULL;
         p->off = p->len = 0;
         hvd_output_opts o = {.index = prefix ? (int)t->cfg.index : -1,
                              .stream = i == 0 ? HVD_OUTPUT_STDOUT : HVD_OUTPUT_STDERR,
@@ -207,18 +209,21 @@ int pump_start(hvd_task *t, bool prefix, bool timestamps, hvd_err *err) {
         hvd_output_init(&p->fmt, &o);
         if (watch_pipe(t, p, err) != 0) return -1;
     }
-    return hvd_server_watch(t->srv, hvd_command_exit_fd(t->cmd), EPOLLIN, on_exit_fd, t, err);
+    t->exit_watch = hvd_loop_watch(hvd_server_loop(t->srv), hvd_proc_exit_fd(t->cmd), EPOLLIN,
+                                   on_exit_fd, t, err);
+    return t->exit_watch ? 0 : -1;
 }
 
 void pump_stop(hvd_task *t) {
     for (int i = 0; i < 2; i++) {
         task_pipe *p = &t->pipes[i];
-        if (p->watched) hvd_server_unwatch(t->srv, p->fd);
-        p->watched = false;
+        hvd_loop_unwatch(hvd_server_loop(t->srv), p->watch);
+        p->watch = NULL;
         p->fd = -1;
         p->off = p->len = 0;
     }
-    hvd_server_unwatch(t->srv, hvd_command_exit_fd(t->cmd));
+    hvd_loop_unwatch(hvd_server_loop(t->srv), t->exit_watch);
+    t->exit_watch = NULL;
 }
 
 void pump_reply_exit(hvd_call **call, int exit_code) {
@@ -233,7 +238,7 @@ static void check_end(hvd_task *t) {
     for (int i = 0; i < 2; i++)
         if (t->pipes[i].fd >= 0 || t->pipes[i].off < t->pipes[i].len) return;
     int code = 0;
-    int r = hvd_command_reap(t->cmd, &code);
+    int r = hvd_proc_reap(t->cmd, &code);
     if (r == 1) return; /* not expected once the exit fd fired */
     if (r < 0) {
         task_log(t, HVD_LOG_ERROR, "cannot collect the command's exit status: %s", strerror(errno));
@@ -263,7 +268,7 @@ static void loop_tidy(void *arg) {
 
 void pump_call_gone(hvd_task *t) {
     if (t->tidy_posted || t->loop_stopping) return;
-    if (hvd_server_post(t->srv, loop_tidy, t) == 0) t->tidy_posted = true;
+    if (hvd_loop_post(hvd_server_loop(t->srv), loop_tidy, t) == 0) t->tidy_posted = true;
 }
 
 void pump_sweep(hvd_task *t) {

@@ -11,7 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "env.h"
+#include "common/loop.h"
+#include "common/env.h"
 #include "hvd/proto.h"
 #include "task_internal.h"
 
@@ -244,7 +245,7 @@ static void task_free(hvd_task *t) {
     /* The writer may still post to the server until it is destroyed: it goes first. */
     hvd_local_out_destroy(t->local);
     hvd_server_destroy(t->srv);
-    hvd_command_free(t->cmd);
+    hvd_proc_free(t->cmd);
     while (t->subs) {
         task_sub *s = t->subs;
         t->subs = s->next;
@@ -376,7 +377,7 @@ uint16_t hvd_task_port(const hvd_task *t) {
 
 /* Runs fn on the loop (or here if the loop is gone). */
 static void on_loop(hvd_task *t, hvd_loop_fn fn) {
-    if (hvd_server_post(t->srv, fn, t) != 0) fn(t);
+    if (hvd_loop_post(hvd_server_loop(t->srv), fn, t) != 0) fn(t);
 }
 
 void hvd_task_stop(hvd_task *t) {

@@ -19,7 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "command.h"
+#include "common/loop.h"
+#include "common/proc.h"
 #include "hvd/rpc.h"
 #include "hvd/task.h"
 #include "local_out.h"
@@ -63,7 +64,7 @@ typedef struct task_pipe {
     int fd;           /* non-blocking read end; -1 once at end-of-file */
     uint32_t channel; /* HVD_CHANNEL_STDOUT or HVD_CHANNEL_STDERR */
     int local_fd;     /* our own stream used when nobody is attached: 1 or 2 */
-    bool watched;     /* registered with the loop */
+    hvd_watch *watch; /* its watch on the loop, or NULL */
     hvd_output fmt;   /* line prefixes and timestamps */
     uint8_t *buf;     /* TASK_READ_MAX bytes: read, not yet delivered from off to len */
     size_t off, len;
@@ -111,11 +112,12 @@ struct hvd_task {
     atomic_bool probe_finished; /* probe_thread has done its work */
 
     /* ---- loop ---- */
-    hvd_command *cmd;
-    bool refused;     /* an abort came before any command: refuse RUN_COMMAND */
-    bool exit_seen;   /* the command's exit fd fired */
-    bool paused;      /* pipes unwatched until every sink has room */
-    bool tidy_posted; /* a loop_tidy closure is queued */
+    hvd_proc *cmd;
+    hvd_watch *exit_watch; /* the command's exit fd on the loop, or NULL */
+    bool refused;          /* an abort came before any command: refuse RUN_COMMAND */
+    bool exit_seen;        /* the command's exit fd fired */
+    bool paused;           /* pipes unwatched until every sink has room */
+    bool tidy_posted;      /* a loop_tidy closure is queued */
     bool loop_stopping;
     task_pipe pipes[2];
     uint8_t *fbuf; /* TASK_CHUNK_MAX: formatted output */

@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/loop.h"
 #include "hvd/proto.h"
 #include "task_internal.h"
 
@@ -35,7 +36,8 @@ static void loop_abort_now(void *arg) {
  * and the first task's WAIT_EXIT get a moment to end on their own before the abort. */
 static void loop_abort_later(void *arg) {
     hvd_task *t = arg;
-    if (hvd_server_timer(t->srv, TASK_SETTLE_MS, loop_abort_now, t) == 0) loop_abort_now(t);
+    if (hvd_loop_timer(hvd_server_loop(t->srv), TASK_SETTLE_MS, loop_abort_now, t) == 0)
+        loop_abort_now(t);
 }
 
 void task_request_abort(hvd_task *t, task_abort why, const char *detail) {
@@ -54,10 +56,10 @@ void task_request_abort(hvd_task *t, task_abort why, const char *detail) {
         fn = loop_abort_later;
     }
     task_log(t, why == ABORT_DRIVER_GONE ? HVD_LOG_ERROR : HVD_LOG_INFO, "%s: ending", detail);
-    if (hvd_server_on_loop(t->srv))
+    if (hvd_loop_on_thread(hvd_server_loop(t->srv)))
         fn(t);
     else
-        hvd_server_post(t->srv, fn, t);
+        hvd_loop_post(hvd_server_loop(t->srv), fn, t);
 }
 
 void hvd_task_abort(hvd_task *t) {

@@ -5,10 +5,11 @@
  * response over the job secret bound to the target service's name and both nonces, then every
  * frame is sealed with AES-256-GCM under per-direction keys (HKDF) and counter nonces.
  *
- * Server model: one loop thread per server runs everything: accepting, handshakes, decoding,
- * handlers, timers and watched file descriptors. Handlers run on the loop thread and must not
- * block. A handler answers its call at once, or keeps it and answers later (a long-poll that
- * holds no thread). Code on other threads reaches the loop with hvd_server_post().
+ * Server model: each server runs on an event loop of its own (common/loop.h), whose one
+ * thread runs everything: accepting, handshakes, decoding, handlers, and whatever else the
+ * service puts on the loop (timers, watched descriptors). Handlers run on the loop thread and
+ * must not block. A handler answers its call at once, or keeps it and answers later (a
+ * long-poll that holds no thread). Code on other threads reaches the loop by posting to it.
  *
  * Client model: one blocking connection per hvd_client, one call at a time, with a timeout on
  * every operation. Not thread-safe: use one client per thread. */
@@ -70,9 +71,8 @@ typedef struct hvd_call hvd_call;
  * or keep it (with hvd_call_on_cancel) and answer later. */
 typedef void (*hvd_handler_fn)(hvd_call *call, const msgpack_object *body, void *user);
 
-/* Loop-thread callback for posts, timers, watched fds, cancellations and writability. */
-typedef void (*hvd_loop_fn)(void *arg);
-typedef void (*hvd_fd_fn)(int fd, uint32_t events, void *arg);
+/* Loop-thread callback for a call's cancellation and writability. */
+typedef void (*hvd_call_fn)(void *arg);
 
 typedef struct hvd_server_config {
     const char *name;         /* service name bound into the handshake: "driver", "task 3" */
@@ -117,9 +117,10 @@ int hvd_server_handle(hvd_server *s, uint32_t type, hvd_handler_fn fn, void *use
 /* Starts the loop thread. Returns 0, or -1 with err. */
 int hvd_server_start(hvd_server *s, hvd_err *err);
 
-/* Stops serving: stops accepting, gives pending output up to one second to drain, cancels
- * held calls (their cancel callbacks run on the calling thread after the loop stopped),
- * closes every connection and joins the loop thread. Idle or half-open connections never
+/* Stops serving: stops the loop thread after its current batch (work posted to the loop before
+ * runs on the calling thread), stops accepting, gives pending output up to one second to
+ * drain, cancels held calls (their cancel callbacks run on the calling thread) and closes
+ * every connection. Idle or half-open connections never
  * delay it. Safe to call twice. Must not be called from the loop thread. */
 void hvd_server_stop(hvd_server *s);
 
@@ -142,21 +143,9 @@ int hvd_server_addrs(const hvd_server *s, const char *const *only, hvd_addr **ou
 /* Copies the counters (any thread). */
 void hvd_server_get_stats(hvd_server *s, hvd_server_stats *out);
 
-/* Runs fn(arg) on the loop thread soon. Any thread. Returns 0, or -1 if the server is stopped
- * (fn is then not called). */
-int hvd_server_post(hvd_server *s, hvd_loop_fn fn, void *arg);
-
-/* True when called on the server's loop thread. */
-bool hvd_server_on_loop(const hvd_server *s);
-
-/* Timers and watched descriptors: loop thread only (use hvd_server_post from elsewhere).
- * hvd_server_timer returns a timer id > 0 (fires once), or 0 on out of memory. */
-uint64_t hvd_server_timer(hvd_server *s, int delay_ms, hvd_loop_fn fn, void *arg);
-void hvd_server_timer_cancel(hvd_server *s, uint64_t id);
-/* Watches fd for events (EPOLLIN, EPOLLOUT, ...); fn runs on the loop thread. Watching an fd
- * again changes its events and callback. Returns 0, or -1 with err. */
-int hvd_server_watch(hvd_server *s, int fd, uint32_t events, hvd_fd_fn fn, void *arg, hvd_err *err);
-void hvd_server_unwatch(hvd_server *s, int fd);
+/* The event loop the server runs on (common/loop.h): services put their timers, watched
+ * descriptors and cross-thread posts there. Valid until hvd_server_destroy. */
+struct hvd_loop *hvd_server_loop(hvd_server *s);
 
 /* ---- Calls (loop thread only) ---- */
 
@@ -180,7 +169,7 @@ void hvd_call_fail(hvd_call *c, int code, const char *fmt, ...)
 
 /* For held calls: fn(arg) runs if the connection goes away (or the server stops) before the
  * call is answered; the call is freed right after fn returns and must not be used again. */
-void hvd_call_on_cancel(hvd_call *c, hvd_loop_fn fn, void *arg);
+void hvd_call_on_cancel(hvd_call *c, hvd_call_fn fn, void *arg);
 
 /* Streams: before its final answer a call may push any number of stream chunks to the client.
  * channel is a small number chosen by the service (1 stdout, 2 stderr, ...). Returns 0, or -1
@@ -192,7 +181,7 @@ int hvd_call_stream(hvd_call *c, uint32_t channel, const void *data, size_t len)
 size_t hvd_call_stream_room(const hvd_call *c);
 
 /* fn(arg) runs once when the connection's output drops below half of max_output. */
-void hvd_call_on_writable(hvd_call *c, hvd_loop_fn fn, void *arg);
+void hvd_call_on_writable(hvd_call *c, hvd_call_fn fn, void *arg);
 
 /* ---- Client --------------------------------------------------------------------------- */
 

@@ -31,7 +31,7 @@
 #include "handshake.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
-#include "tcp.h"
+#include "common/sock.h"
 
 static double now_ms(void) {
     struct timespec ts;

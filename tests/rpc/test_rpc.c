@@ -2,6 +2,7 @@
  * with right and wrong secrets, sealed-frame attacks (tamper, replay, reorder, reflect,
  * oversize length), many concurrent and idle clients, long-polls, streams, timeouts and
  * address probing with failover. */
+#include "common/loop.h"
 #include "hvd/rpc.h"
 #include "testutil.h"
 
@@ -19,7 +20,7 @@
 #include "envelope.h"
 #include "frame.h"
 #include "handshake.h"
-#include "tcp.h"
+#include "common/sock.h"
 
 /* ---- A test service --------------------------------------------------------------------- */
 
@@ -854,7 +855,7 @@ static void test_long_polls(void) {
     for (int i = 0; i < 100 && stats(sv).requests < 500; i++)
         usleep(20 * 1000);
     CHECK(stats(sv).requests == 500);
-    hvd_server_post(sv->srv, release_all, sv);
+    hvd_loop_post(hvd_server_loop(sv->srv), release_all, sv);
     for (int i = 0; i < 100; i++) {
         pthread_mutex_lock(&sv->mu);
         int rel = sv->released;

@@ -1,10 +1,13 @@
-/* The task service's process runner: runs exactly one shell command, `/bin/sh -c <command>`,
- * in its own session and process group, and guarantees that no process of it outlives the
- * command's end, an abort, or the death of the process that started it.
+/* The one process runner of hvd-bridge: runs one command (`/bin/sh -c <command>`, or a program
+ * with its arguments) in its own session and process group, and guarantees that no process of
+ * it outlives the command's end, an abort, or the death of the process that started it. The
+ * task service runs orted through it, hvd-driver runs mpirun and its local task services
+ * through it, and hvd-exec a program entry point.
  *
  * How it works (DESIGN.md section 4; Horovod's safe_shell_exec with its defects fixed):
  *
- *   owner (this process) --fork--> keeper --fork--> /bin/sh -c <command> --> descendants...
+ *   owner (this process) --fork--> keeper --fork--> /bin/sh -c <command> (or the program)
+ *                                                     --> descendants...
  *
  * The keeper is a small forked process that never execs and runs only async-signal-safe code.
  * It makes itself a child subreaper, so every orphaned descendant of the command (double
@@ -29,78 +32,85 @@
  * the calling thread and runs only async-signal-safe code in the children, so it is safe in a
  * multithreaded process such as a JVM. All descriptors it creates are close-on-exec; the
  * command's stdin is /dev/null and it inherits no descriptor of this process other than its
- * stdout and stderr pipes. */
-#ifndef HVD_TASK_COMMAND_H
-#define HVD_TASK_COMMAND_H
+ * stdout and stderr (pipes, or descriptors the caller passes). */
+#ifndef HVD_COMMON_PROC_H
+#define HVD_COMMON_PROC_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "hvd/error.h"
 
 /* Time between SIGTERM and SIGKILL on abort when the spec leaves grace_ms at 0. */
-#define HVD_COMMAND_DEFAULT_GRACE_MS 5000
+#define HVD_PROC_DEFAULT_GRACE_MS 5000
 
-typedef struct hvd_command_spec {
-    const char *command;     /* shell command line, run as `/bin/sh -c command`; required */
+typedef struct hvd_proc_spec {
+    const char *command;     /* shell command line, run as `/bin/sh -c command`; or NULL: */
+    char *const *argv;       /* the program (searched in the PATH of envp) and its arguments */
     char *const *envp;       /* the command's environment; NULL: this process's environ */
     const char *cwd;         /* working directory; NULL: this process's */
     int grace_ms;            /* abort: SIGTERM, then SIGKILL after this many ms; 0: the default */
     const char *cleanup_dir; /* or NULL: a directory the keeper empties (its files, one level)
                                 and removes once the command has ended, even if this process
                                 was killed (Open MPI's shared-memory files, say) */
-} hvd_command_spec;
+    bool pass_stdout;        /* false: stdout is a pipe (hvd_proc_stdout_fd); true: stdout_fd */
+    int stdout_fd;           /* with pass_stdout: the command's stdout (1: this process's) */
+    bool pass_stderr;        /* the same for stderr */
+    int stderr_fd;
+} hvd_proc_spec;
 
-typedef struct hvd_command hvd_command;
+typedef struct hvd_proc hvd_proc;
 
-/* Starts the command. Returns once the shell process leads its own session and process group
- * (it may still be about to exec /bin/sh: a failing chdir or exec is reported on the
- * command's stderr and as exit code 127). Blocks only for the keeper's start-up, which is a
- * few system calls and a fork. Returns NULL and fills err on failure (invalid spec, missing working
- * directory, out of descriptors or processes). */
-hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err);
+/* Starts the command. Returns once the child process leads its own session and process group
+ * (it may still be about to exec: a failing chdir or exec is reported on the command's stderr
+ * and as exit code 127; a program not found in PATH is an error here). Blocks only for the keeper's
+ * start-up, which is a few system calls and a fork. Returns NULL and fills err on failure (invalid
+ * spec, missing working directory, program not found, out of descriptors or processes). */
+hvd_proc *hvd_proc_start(const hvd_proc_spec *spec, hvd_err *err);
 
-/* Non-blocking read ends of the command's stdout and stderr pipes; they reach end-of-file
- * when every process of the command holding them has exited. The pipe is the only buffer:
- * a command whose output is not read blocks (back-pressure). Owned by the command object:
- * do not close them; remove them from any poll set before hvd_command_free. */
-int hvd_command_stdout_fd(const hvd_command *c);
-int hvd_command_stderr_fd(const hvd_command *c);
+/* Non-blocking read ends of the command's stdout and stderr pipes (-1 for a passed stream); they
+ * reach end-of-file when every process of the command holding them has exited. The pipe is the only
+ * buffer: a command whose output is not read blocks (back-pressure). Owned by the command object:
+ * do not close them; remove them from any poll set before hvd_proc_free. */
+int hvd_proc_stdout_fd(const hvd_proc *p);
+int hvd_proc_stderr_fd(const hvd_proc *p);
 
 /* A descriptor that becomes readable (POLLIN) when the command has ended: a pidfd of the
  * keeper, or on kernels without pidfd_open (before 5.4) the read end of a pipe that
  * reaches end-of-file when the keeper exits. Owned by the command object. */
-int hvd_command_exit_fd(const hvd_command *c);
+int hvd_proc_exit_fd(const hvd_proc *p);
 
 /* Collects the exit code without blocking. Returns 0 and sets *exit_code (may be NULL) once
  * the command has ended (calling it again returns the same code); 1 while it is still
  * running; -1 with errno set if the code cannot be known (ECHILD: the keeper was killed and
  * reaped by someone else). */
-int hvd_command_reap(hvd_command *c, int *exit_code);
+int hvd_proc_reap(hvd_proc *p, int *exit_code);
 
 /* Waits up to timeout_ms (-1: forever) for the command to end, then reaps it. Returns 0 with
- * the code, 1 on timeout, -1 on error as hvd_command_reap. Does not read the output pipes:
+ * the code, 1 on timeout, -1 on error as hvd_proc_reap. Does not read the output pipes:
  * drain them, or a command that writes more than a pipe holds never ends. */
-int hvd_command_wait(hvd_command *c, int timeout_ms, int *exit_code);
+int hvd_proc_wait(hvd_proc *p, int timeout_ms, int *exit_code);
 
 /* Asks the keeper to abort: SIGTERM to everything, SIGKILL after the grace period. Returns
  * at once; the exit descriptor becomes readable when everything is gone. Aborting a command
  * that has already ended, or aborting twice, does nothing. */
-void hvd_command_abort(hvd_command *c);
+void hvd_proc_abort(hvd_proc *p);
 
-/* The shell's process id; it is also the command's process group and session id. */
-pid_t hvd_command_pid(const hvd_command *c);
-pid_t hvd_command_pgid(const hvd_command *c);
+/* The child's (the shell's, or the program's) process id; it is also the command's process group
+ * and session id. */
+pid_t hvd_proc_pid(const hvd_proc *p);
+pid_t hvd_proc_pgid(const hvd_proc *p);
 
 /* The keeper's process id (a child of this process). */
-pid_t hvd_command_keeper_pid(const hvd_command *c);
+pid_t hvd_proc_keeper_pid(const hvd_proc *p);
 
 /* Releases the command. If it is still running: closes the output pipes, aborts it and
  * waits (blocking, up to the grace period plus the time the kernel takes to kill) until it
  * has ended. NULL is ignored. */
-void hvd_command_free(hvd_command *c);
+void hvd_proc_free(hvd_proc *p);
 
 /* For tests: when on, behave as on old kernels (no pidfd_open, no close_range), so that the
  * fallback paths get exercised. Affects commands started afterwards. */
-void hvd_command_force_fallbacks(int on);
+void hvd_proc_force_fallbacks(int on);
 
 #endif

@@ -1,8 +1,8 @@
-/* The process runner: owner side (hvd_command_*), keeper and shell child. See command.h for
+/* The process runner: owner side (hvd_proc_*), keeper and command child. See proc.h for
  * the design. Everything from `keeper_main` down runs in forked children of a possibly
  * multithreaded process: only async-signal-safe calls (raw system calls) there, no malloc, no
  * stdio, no locks. The memory those children use is allocated by the owner before fork. */
-#include "command.h"
+#include "common/proc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +25,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "common/clock.h"
+#include "common/fs.h"
+#include "common/io.h"
 
 extern char **environ;
 
@@ -62,9 +66,11 @@ struct ctl_msg {
     int32_t err;   /* errno for MSG_FAIL */
 };
 
-/* Everything the keeper and the shell child need, prepared by the owner before fork. */
+/* Everything the keeper and the command child need, prepared by the owner before fork. */
 struct keeper {
-    char *argv[4];           /* {"sh", "-c", command, NULL} */
+    char *sh_argv[4];        /* {"sh", "-c", command, NULL} for a shell command */
+    const char *path;        /* the program to exec: "/bin/sh", or argv[0] found in PATH */
+    char *const *argv;       /* its arguments: sh_argv, or the spec's argv */
     char *const *envp;       /* the command's environment */
     const char *cwd;         /* working directory or NULL */
     const char *cleanup_dir; /* emptied and removed by the keeper at the end, or NULL */
@@ -72,16 +78,16 @@ struct keeper {
     pid_t owner;             /* the owner's pid: the keeper's parent while the owner lives */
     int fallbacks;           /* don't use close_range / pidfd (tests) */
     int ctl;                 /* keeper's end of the control socket (the lifeline) */
-    int out_w, err_w;        /* write ends of the stdout/stderr pipes, for the shell */
+    int out_w, err_w;        /* the child's stdout/stderr: pipe write ends, or passed fds */
     int done_w;              /* write end of the done pipe (exit fd without pidfd), or -1 */
     pid_t self;              /* the keeper's own pid */
-    pid_t shell;             /* the shell's pid */
+    pid_t shell;             /* the command child's pid */
     size_t n_tracked;        /* used entries of tracked[] */
     pid_t tracked[KEEPER_MAX_TRACKED]; /* the keeper and its descendants found so far */
     _Alignas(8) char dents[8192];      /* getdents64 buffer */
 };
 
-struct hvd_command {
+struct hvd_proc {
     pid_t keeper;    /* the keeper (our child) */
     pid_t shell;     /* /bin/sh: leader of the command's session and process group */
     int ctl;         /* our end of the control socket: abort out, pid/exit records in */
@@ -96,14 +102,8 @@ struct hvd_command {
 
 static atomic_int force_fallbacks;
 
-void hvd_command_force_fallbacks(int on) {
+void hvd_proc_force_fallbacks(int on) {
     atomic_store(&force_fallbacks, on);
-}
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int exit_code_of(int status) {
@@ -122,16 +122,6 @@ __attribute__((noreturn)) static void child_exit(int code) {
         syscall(SYS_exit_group, code);
 }
 
-static void write_all(int fd, const char *s, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return;
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
 static size_t str_len(const char *s) {
     size_t n = 0;
     while (s[n])
@@ -148,13 +138,13 @@ static void child_report(int fd, const char *what, const char *arg, int e) {
         num[--i] = (char)('0' + v % 10);
         v /= 10;
     } while (v && i > 0);
-    write_all(fd, "hvd-task: cannot ", 17);
-    write_all(fd, what, str_len(what));
-    write_all(fd, " ", 1);
-    write_all(fd, arg, str_len(arg));
-    write_all(fd, ": errno ", 8);
-    write_all(fd, num + i, sizeof num - i);
-    write_all(fd, "\n", 1);
+    (void)hvd_write_all(fd, "hvd-task: cannot ", 17);
+    (void)hvd_write_all(fd, what, str_len(what));
+    (void)hvd_write_all(fd, " ", 1);
+    (void)hvd_write_all(fd, arg, str_len(arg));
+    (void)hvd_write_all(fd, ": errno ", 8);
+    (void)hvd_write_all(fd, num + i, sizeof num - i);
+    (void)hvd_write_all(fd, "\n", 1);
 }
 
 /* Parses a decimal process id or descriptor number; -1 if s is not one. */
@@ -319,8 +309,8 @@ static int keeper_fds(int *fds, int n, int fallbacks) {
     return 0;
 }
 
-/* The shell child: new session, stdio, no other descriptor, exec /bin/sh. `sync` is closed
- * once the session exists. */
+/* The command child: new session, stdio, no other descriptor, exec the program (/bin/sh for a
+ * shell command). `sync` is closed once the session exists. */
 __attribute__((noreturn)) static void shell_main(const struct keeper *k, int sync) {
     setsid(); /* cannot fail: a fresh child is no process group leader */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -328,7 +318,7 @@ __attribute__((noreturn)) static void shell_main(const struct keeper *k, int syn
     if (getppid() != k->self) child_exit(127); /* the keeper died already */
     int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (in < 0 || dup2(in, 0) < 0 || dup2(k->out_w, 1) < 0 || dup2(k->err_w, 2) < 0) {
-        child_report(k->err_w, "set up stdio for", "/bin/sh", errno);
+        child_report(k->err_w, "set up stdio for", k->path, errno);
         child_exit(127);
     }
     close_from(3, k->fallbacks);
@@ -339,66 +329,41 @@ __attribute__((noreturn)) static void shell_main(const struct keeper *k, int syn
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    execve("/bin/sh", k->argv, k->envp);
-    child_report(2, "run", "/bin/sh", errno);
+    execve(k->path, k->argv, k->envp);
+    child_report(2, "run", k->path, errno);
     child_exit(127);
 }
 
 enum { K_RUNNING, K_TERMINATING, K_KILLING };
 
-/* The keeper. Signals arrive blocked (the owner blocked them all around fork) and stay
- * blocked: SIGCHLD and the parent-death signal are read through a signalfd, the rest stay
- * pending forever, which is how the keeper ignores SIGINT, SIGTERM and SIGHUP. */
-/* Removes everything below the directory open as dir (at most 8 levels deep), with system
- * calls only and a buffer per level on the stack. Stops when a pass removes nothing. */
-static void remove_tree(int dir, int depth) {
-    _Alignas(8) char buf[4096];
-    for (int pass = 0; pass < 64; pass++) { /* entries vanish while we read: re-read */
-        int removed = 0;
-        long n;
-        lseek(dir, 0, SEEK_SET);
-        while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
-            for (long off = 0; off < n;) {
-                struct {
-                    uint64_t ino;
-                    int64_t off;
-                    unsigned short reclen;
-                    unsigned char type;
-                    char name[];
-                } *e = (void *)(buf + off);
-                off += e->reclen;
-                if (e->name[0] == '.' &&
-                    (e->name[1] == '\0' || (e->name[1] == '.' && e->name[2] == '\0')))
-                    continue;
-                if (unlinkat(dir, e->name, 0) == 0) {
-                    removed = 1;
-                    continue;
-                }
-                if (depth >= 8) continue;
-                int sub = openat(dir, e->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-                if (sub < 0) continue;
-                remove_tree(sub, depth + 1);
-                close(sub);
-                if (unlinkat(dir, e->name, AT_REMOVEDIR) == 0) removed = 1;
-            }
-        }
-        if (!removed) return;
-    }
-}
+/* What the keeper's loop tracks. */
+struct keeper_state {
+    int state;        /* K_* */
+    int ctl_open;     /* the lifeline is still connected */
+    int shell_done;   /* the command child has been reaped */
+    int shell_status; /* its wait status */
+    int64_t deadline; /* K_TERMINATING: when SIGKILL follows */
+    int sfd;          /* signalfd: SIGCHLD and the parent-death signal */
+};
 
 /* Empties and removes k->cleanup_dir (Open MPI's session and shared-memory files). */
 static void remove_cleanup_dir(struct keeper *k) {
     if (!k->cleanup_dir) return;
     int dir = open(k->cleanup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (dir < 0) return;
-    remove_tree(dir, 0);
+    hvd_empty_dir_at(dir);
     close(dir);
     rmdir(k->cleanup_dir);
 }
 
-__attribute__((noreturn)) static void keeper_main(struct keeper *k) {
+/* Leaves the owner's signal dispositions, session and descriptors behind; reports a failing
+ * step to the owner and exits. Returns the signalfd for SIGCHLD and the parent-death signal.
+ * Signals arrive blocked (the owner blocked them all around fork) and stay blocked: those two
+ * are read through the signalfd, the rest stay pending forever, which is how the keeper
+ * ignores SIGINT, SIGTERM and SIGHUP. */
+static int keeper_setup(struct keeper *k) {
     /* The owner's handlers must never run here, and dispositions are inherited by the
-     * shell: SIG_IGN would survive exec, and SIGCHLD ignored would auto-reap our children. */
+     * command: SIG_IGN would survive exec, and SIGCHLD ignored would auto-reap our children. */
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -431,9 +396,12 @@ __attribute__((noreturn)) static void keeper_main(struct keeper *k) {
         send_msg(k->ctl, MSG_FAIL, STEP_SIGNALFD, errno);
         child_exit(127);
     }
+    return sfd;
+}
 
-    /* The owner is told the shell's pid only once the shell leads its own session and
-     * group; the shell closes its end of this pipe when it does. */
+/* Forks the command child and tells the owner its pid once it leads its own session and
+ * group (the child closes its end of a pipe when it does). */
+static void keeper_spawn(struct keeper *k) {
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) != 0) {
         send_msg(k->ctl, MSG_FAIL, STEP_FDS, errno);
@@ -456,74 +424,88 @@ __attribute__((noreturn)) static void keeper_main(struct keeper *k) {
     send_msg(k->ctl, MSG_PID, k->shell, 0);
     close(k->out_w);
     close(k->err_w);
+}
 
-    int state = K_RUNNING, ctl_open = 1, shell_done = 0, shell_status = 0;
-    int64_t deadline = 0;
+/* Reaps everything that has exited; once the command child and every descendant are gone, the
+ * command has ended: cleans up, reports the exit code and exits. */
+static void keeper_reap(struct keeper *k, struct keeper_state *ks) {
     for (;;) {
-        int abort_now = 0;
-        for (;;) { /* reap everything that has exited */
-            int status;
-            pid_t p = waitpid(-1, &status, WNOHANG);
-            if (p > 0) {
-                if (p == k->shell) {
-                    shell_done = 1;
-                    shell_status = status;
-                }
-                continue;
+        int status;
+        pid_t p = waitpid(-1, &status, WNOHANG);
+        if (p > 0) {
+            if (p == k->shell) {
+                ks->shell_done = 1;
+                ks->shell_status = status;
             }
-            if (p < 0 && errno == EINTR) continue;
-            if (p < 0 && errno == ECHILD) { /* shell and every descendant gone: ended */
-                int code = exit_code_of(shell_status);
-                remove_cleanup_dir(k);
-                send_msg(k->ctl, MSG_EXIT, code, 0);
-                child_exit(code);
-            }
-            break;
+            continue;
         }
-        if (state == K_TERMINATING && now_ms() >= deadline) state = K_KILLING;
-        if (state == K_KILLING) {
-            /* The shell's pid, and so its group id, stays ours until we reap the shell. */
-            if (!shell_done) kill(-k->shell, SIGKILL);
+        if (p < 0 && errno == EINTR) continue;
+        if (p < 0 && errno == ECHILD) {
+            int code = exit_code_of(ks->shell_status);
+            remove_cleanup_dir(k);
+            send_msg(k->ctl, MSG_EXIT, code, 0);
+            child_exit(code);
+        }
+        return;
+    }
+}
+
+/* Waits for a signal, an owner message or the next kill round. Returns 1 if the command must
+ * be aborted: the owner asked, or is gone (lifeline cut, or our parent changed). */
+static int keeper_wait(struct keeper *k, struct keeper_state *ks) {
+    struct pollfd pf[2] = {{.fd = ks->sfd, .events = POLLIN}, {.fd = k->ctl, .events = POLLIN}};
+    int timeout = ks->state == K_TERMINATING ? hvd_ms_left(ks->deadline)
+                  : ks->state == K_KILLING   ? KILL_REWALK_MS
+                                             : -1;
+    if (poll(pf, ks->ctl_open ? 2 : 1, timeout) < 0) return 0;
+    int abort_now = 0;
+    if (pf[0].revents) {
+        struct signalfd_siginfo si;
+        while (read(ks->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            /* Parent-death signal: also sent when just the forking thread exits, in which
+             * case the owner process, our parent, is still there. */
+            if (si.ssi_signo == SIGUSR1 && getppid() != k->owner) abort_now = 1;
+        }
+    }
+    if (ks->ctl_open && pf[1].revents) {
+        struct ctl_msg m;
+        ssize_t n = recv(k->ctl, &m, sizeof m, MSG_DONTWAIT);
+        if (n == (ssize_t)sizeof m && m.tag == MSG_ABORT) {
+            abort_now = 1;
+        } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            ks->ctl_open = 0; /* lifeline cut: the owner is gone */
+            abort_now = 1;
+        }
+    }
+    return abort_now;
+}
+
+/* SIGTERM (and SIGCONT: stopped processes must run to handle it) to the command's group and
+ * every descendant; SIGKILL follows after the grace period. */
+static void keeper_terminate(struct keeper *k, struct keeper_state *ks) {
+    ks->state = K_TERMINATING;
+    ks->deadline = hvd_now_ms() + k->grace_ms;
+    if (!ks->shell_done) {
+        kill(-k->shell, SIGTERM);
+        kill(-k->shell, SIGCONT);
+    }
+    signal_tree(k, SIGTERM);
+    signal_tree(k, SIGCONT);
+}
+
+__attribute__((noreturn)) static void keeper_main(struct keeper *k) {
+    struct keeper_state ks = {.state = K_RUNNING, .ctl_open = 1};
+    ks.sfd = keeper_setup(k);
+    keeper_spawn(k);
+    for (;;) {
+        keeper_reap(k, &ks);
+        if (ks.state == K_TERMINATING && hvd_now_ms() >= ks.deadline) ks.state = K_KILLING;
+        if (ks.state == K_KILLING) {
+            /* The child's pid, and so its group id, stays ours until we reap it. */
+            if (!ks.shell_done) kill(-k->shell, SIGKILL);
             signal_tree(k, SIGKILL);
         }
-
-        struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = k->ctl, .events = POLLIN}};
-        int timeout = -1;
-        if (state == K_TERMINATING) {
-            int64_t left = deadline - now_ms();
-            timeout = left < 0 ? 0 : (int)left;
-        } else if (state == K_KILLING) {
-            timeout = KILL_REWALK_MS;
-        }
-        if (poll(pf, ctl_open ? 2 : 1, timeout) < 0) continue;
-        if (pf[0].revents) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                /* Parent-death signal: also sent when just the forking thread exits, in
-                 * which case the owner process, our parent, is still there. */
-                if (si.ssi_signo == SIGUSR1 && getppid() != k->owner) abort_now = 1;
-            }
-        }
-        if (ctl_open && pf[1].revents) {
-            struct ctl_msg m;
-            ssize_t n = recv(k->ctl, &m, sizeof m, MSG_DONTWAIT);
-            if (n == (ssize_t)sizeof m && m.tag == MSG_ABORT) {
-                abort_now = 1;
-            } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                ctl_open = 0; /* lifeline cut: the owner is gone */
-                abort_now = 1;
-            }
-        }
-        if (abort_now && state == K_RUNNING) {
-            state = K_TERMINATING;
-            deadline = now_ms() + k->grace_ms;
-            if (!shell_done) {
-                kill(-k->shell, SIGTERM);
-                kill(-k->shell, SIGCONT);
-            }
-            signal_tree(k, SIGTERM);
-            signal_tree(k, SIGCONT); /* stopped processes must run to handle SIGTERM */
-        }
+        if (keeper_wait(k, &ks) && ks.state == K_RUNNING) keeper_terminate(k, &ks);
     }
 }
 
@@ -551,16 +533,6 @@ static int pidfd_usable(void) {
     return v;
 }
 
-static int set_nonblock(int fd) {
-    int fl = fcntl(fd, F_GETFL);
-    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-static void close_fd(int *fd) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
-}
-
 static const char *step_name(int step) {
     switch (step) {
     case STEP_FDS:
@@ -570,14 +542,14 @@ static const char *step_name(int step) {
     case STEP_SIGNALFD:
         return "create a signalfd";
     case STEP_FORK:
-        return "fork /bin/sh";
+        return "fork the command's process";
     default:
         return "start";
     }
 }
 
 /* Reads the keeper's messages that are queued on ctl; records the exit code. */
-static void drain_ctl(hvd_command *c) {
+static void drain_ctl(hvd_proc *c) {
     struct ctl_msg m;
     while (c->ctl >= 0 && recv(c->ctl, &m, sizeof m, MSG_DONTWAIT) == (ssize_t)sizeof m)
         if (m.tag == MSG_EXIT) c->exit_record = m.value;
@@ -585,12 +557,12 @@ static void drain_ctl(hvd_command *c) {
 
 /* Waits for the keeper to report the shell's pid. Returns 0, or -1 with err filled (the
  * keeper has then exited or been killed, and is reaped). */
-static int await_shell(hvd_command *c, hvd_err *err) {
+static int await_shell(hvd_proc *c, const char *path, hvd_err *err) {
     struct ctl_msg m = {0, 0, 0};
-    int64_t deadline = now_ms() + KEEPER_REPORT_TIMEOUT_MS;
+    int64_t deadline = hvd_now_ms() + KEEPER_REPORT_TIMEOUT_MS;
     ssize_t n = -1;
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - hvd_now_ms();
         struct pollfd pf = {.fd = c->ctl, .events = POLLIN};
         int r = poll(&pf, 1, left < 0 ? 0 : (int)left);
         if (r < 0 && errno == EINTR) continue;
@@ -609,9 +581,8 @@ static int await_shell(hvd_command *c, hvd_err *err) {
                     step_name(m.value), strerror(m.err));
     } else {
         hvd_err_set(err, HVD_E_INTERNAL,
-                    "cannot start the command: its keeper process (pid %d) %s before starting "
-                    "/bin/sh",
-                    (int)c->keeper, n == 0 ? "exited" : "did not answer");
+                    "cannot start the command: its keeper process (pid %d) %s before starting %s",
+                    (int)c->keeper, n == 0 ? "exited" : "did not answer", path);
         kill(c->keeper, SIGKILL);
     }
     while (waitpid(c->keeper, NULL, 0) < 0 && errno == EINTR) {
@@ -619,151 +590,225 @@ static int await_shell(hvd_command *c, hvd_err *err) {
     return -1;
 }
 
-hvd_command *hvd_command_start(const hvd_command_spec *spec, hvd_err *err) {
-    if (!spec || !spec->command) {
-        hvd_err_set(err, HVD_E_INVALID, "cannot start a command: no command line given");
+/* Checks what can be checked before forking. Returns 0, or -1 with err. */
+static int check_spec(const hvd_proc_spec *spec, hvd_err *err) {
+    if (!spec || (!spec->command && (!spec->argv || !spec->argv[0] || !spec->argv[0][0])))
+        return hvd_err_set(err, HVD_E_INVALID, "cannot start a command: no command line given");
+    if (spec->grace_ms < 0)
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "cannot start a command: negative grace period %d ms", spec->grace_ms);
+    if ((spec->pass_stdout && spec->stdout_fd < 0) || (spec->pass_stderr && spec->stderr_fd < 0))
+        return hvd_err_set(err, HVD_E_INVALID, "cannot start a command: bad output descriptor");
+    if (!spec->cwd) return 0;
+    struct stat st;
+    const char *why = NULL;
+    if (stat(spec->cwd, &st) != 0 || access(spec->cwd, X_OK) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    if (why)
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "cannot start the command in working directory '%s': %s", spec->cwd,
+                           why);
+    return 0;
+}
+
+/* The value of PATH in envp, or the default search path. */
+static const char *env_path(char *const *envp) {
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (strncmp(envp[i], "PATH=", 5) == 0) return envp[i] + 5;
+    return "/usr/local/bin:/usr/bin:/bin";
+}
+
+/* Finds a program the way execvp does (a name with '/' as is, else the first executable file
+ * of that name in the command's PATH), before fork: the child may not allocate. Returns a
+ * malloc'd path, or NULL with err. */
+static char *find_program(const char *name, char *const *envp, hvd_err *err) {
+    if (strchr(name, '/')) {
+        if (access(name, X_OK) == 0) return strdup(name);
+        hvd_err_set(err, HVD_E_INVALID, "cannot run %s: %s", name, strerror(errno));
         return NULL;
     }
-    if (spec->grace_ms < 0) {
-        hvd_err_set(err, HVD_E_INVALID, "cannot start a command: negative grace period %d ms",
-                    spec->grace_ms);
-        return NULL;
-    }
-    if (spec->cwd) {
+    const char *path = env_path(envp);
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        char *cand = NULL;
+        if (asprintf(&cand, "%.*s/%s", (int)n, n ? path : ".", name) < 0) break;
         struct stat st;
-        const char *why = NULL;
-        if (stat(spec->cwd, &st) != 0 || access(spec->cwd, X_OK) != 0)
-            why = strerror(errno);
-        else if (!S_ISDIR(st.st_mode))
-            why = "not a directory";
-        if (why) {
-            hvd_err_set(err, HVD_E_INVALID,
-                        "cannot start the command in working directory '%s': %s", spec->cwd, why);
-            return NULL;
-        }
+        if (access(cand, X_OK) == 0 && stat(cand, &st) == 0 && S_ISREG(st.st_mode)) return cand;
+        free(cand);
+        path += n + (path[n] == ':');
+    }
+    hvd_err_set(err, HVD_E_INVALID, "cannot run %s: not found in PATH (%s)", name, env_path(envp));
+    return NULL;
+}
+
+/* The descriptors of one start: control socket, output pipes, done pipe. */
+typedef struct channels {
+    int sv[2], out[2], errp[2], done[2];
+} channels;
+
+static void channels_close(channels *ch) {
+    for (int i = 0; i < 2; i++) {
+        hvd_close_fd(&ch->sv[i]);
+        hvd_close_fd(&ch->out[i]);
+        hvd_close_fd(&ch->errp[i]);
+        hvd_close_fd(&ch->done[i]);
+    }
+}
+
+static int channels_open(channels *ch, const hvd_proc_spec *spec, int use_pidfd, hvd_err *err) {
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ch->sv) != 0 ||
+        (!spec->pass_stdout && pipe2(ch->out, O_CLOEXEC) != 0) ||
+        (!spec->pass_stderr && pipe2(ch->errp, O_CLOEXEC) != 0) ||
+        (!use_pidfd && pipe2(ch->done, O_CLOEXEC) != 0))
+        return hvd_err_set(err, HVD_E_INTERNAL,
+                           "cannot start the command: creating pipes failed: %s", strerror(errno));
+    return 0;
+}
+
+/* Fills the keeper's instructions from the spec and the channels. */
+static void keeper_prepare(struct keeper *k, const hvd_proc_spec *spec, char *path,
+                           const channels *ch, int fallbacks) {
+    memset(k, 0, offsetof(struct keeper, tracked));
+    if (spec->command) {
+        k->sh_argv[0] = "sh";
+        k->sh_argv[1] = "-c";
+        k->sh_argv[2] = (char *)spec->command;
+        k->argv = k->sh_argv;
+    } else {
+        k->argv = spec->argv;
+    }
+    k->path = path;
+    k->envp = spec->envp ? spec->envp : environ;
+    k->cwd = spec->cwd;
+    k->cleanup_dir = spec->cleanup_dir;
+    k->grace_ms = spec->grace_ms ? spec->grace_ms : HVD_PROC_DEFAULT_GRACE_MS;
+    k->owner = getpid();
+    k->fallbacks = fallbacks;
+    k->ctl = ch->sv[1];
+    k->out_w = spec->pass_stdout ? spec->stdout_fd : ch->out[1];
+    k->err_w = spec->pass_stderr ? spec->stderr_fd : ch->errp[1];
+    k->done_w = ch->done[1];
+}
+
+/* Forks the keeper with every signal blocked (no handler of ours may run in the child before
+ * it has reset them). Returns its pid, or -1 with errno. */
+static pid_t fork_keeper(struct keeper *k) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) keeper_main(k);
+    int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = saved;
+    return pid;
+}
+
+/* Takes the owner's ends of the channels into p, once the keeper runs. Returns 0, or -1 with
+ * err (the keeper is then told to abort and reaped). */
+static int adopt_channels(hvd_proc *c, channels *ch, int use_pidfd, hvd_err *err) {
+    c->ctl = ch->sv[0];
+    c->out_fd = ch->out[0];
+    c->err_fd = ch->errp[0];
+    ch->sv[0] = ch->out[0] = ch->errp[0] = -1;
+    if (use_pidfd) {
+        c->exit_fd = (int)syscall(SYS_pidfd_open, c->keeper, 0);
+        c->exit_pidfd = 1;
+    } else {
+        c->exit_fd = ch->done[0];
+        ch->done[0] = -1;
+    }
+    if (c->exit_fd >= 0 && (c->out_fd < 0 || hvd_set_nonblock(c->out_fd) == 0) &&
+        (c->err_fd < 0 || hvd_set_nonblock(c->err_fd) == 0) &&
+        (c->exit_pidfd || hvd_set_nonblock(c->exit_fd) == 0))
+        return 0;
+    hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: %s", strerror(errno));
+    hvd_close_fd(&c->ctl); /* the keeper sees the lifeline cut and aborts */
+    while (waitpid(c->keeper, NULL, 0) < 0 && errno == EINTR) {
+    }
+    return -1;
+}
+
+hvd_proc *hvd_proc_start(const hvd_proc_spec *spec, hvd_err *err) {
+    if (check_spec(spec, err) != 0) return NULL;
+    char *const *envp = spec->envp ? spec->envp : environ;
+    char *path = spec->command ? strdup("/bin/sh") : find_program(spec->argv[0], envp, err);
+    if (!path) {
+        if (spec->command) hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
     }
     int fallbacks = atomic_load(&force_fallbacks);
     int use_pidfd = !fallbacks && pidfd_usable();
-
-    hvd_command *c = calloc(1, sizeof *c);
+    channels ch = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
+    hvd_proc *c = calloc(1, sizeof *c);
     struct keeper *k = malloc(sizeof *k);
-    int sv[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, done[2] = {-1, -1};
     if (!c || !k) {
         hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: out of memory");
         goto fail;
     }
     c->ctl = c->out_fd = c->err_fd = c->exit_fd = -1;
     c->exit_record = -1;
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 ||
-        pipe2(out, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
-        (!use_pidfd && pipe2(done, O_CLOEXEC) != 0)) {
-        hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: creating pipes failed: %s",
-                    strerror(errno));
-        goto fail;
-    }
-
-    memset(k, 0, offsetof(struct keeper, tracked));
-    k->argv[0] = "sh";
-    k->argv[1] = "-c";
-    k->argv[2] = (char *)spec->command;
-    k->argv[3] = NULL;
-    k->envp = spec->envp ? spec->envp : environ;
-    k->cwd = spec->cwd;
-    k->cleanup_dir = spec->cleanup_dir;
-    k->grace_ms = spec->grace_ms ? spec->grace_ms : HVD_COMMAND_DEFAULT_GRACE_MS;
-    k->owner = getpid();
-    k->fallbacks = fallbacks;
-    k->ctl = sv[1];
-    k->out_w = out[1];
-    k->err_w = errp[1];
-    k->done_w = done[1];
-
-    /* No handler of ours may run in the child before it has reset them. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = fork();
-    if (pid == 0) keeper_main(k);
+    if (channels_open(&ch, spec, use_pidfd, err) != 0) goto fail;
+    keeper_prepare(k, spec, path, &ch, fallbacks);
+    c->keeper = fork_keeper(k);
     int fork_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     free(k);
     k = NULL;
-    close_fd(&sv[1]);
-    close_fd(&out[1]);
-    close_fd(&errp[1]);
-    close_fd(&done[1]);
-    if (pid < 0) {
+    hvd_close_fd(&ch.sv[1]);
+    hvd_close_fd(&ch.out[1]);
+    hvd_close_fd(&ch.errp[1]);
+    hvd_close_fd(&ch.done[1]);
+    if (c->keeper < 0) {
         hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: fork failed: %s",
                     strerror(fork_errno));
         goto fail;
     }
-    c->keeper = pid;
-    c->ctl = sv[0];
-    c->out_fd = out[0];
-    c->err_fd = errp[0];
-    sv[0] = out[0] = errp[0] = -1;
-    if (use_pidfd) {
-        c->exit_fd = (int)syscall(SYS_pidfd_open, pid, 0);
-        c->exit_pidfd = 1;
-    } else {
-        c->exit_fd = done[0];
-        done[0] = -1;
-    }
-    if (c->exit_fd < 0 || set_nonblock(c->out_fd) != 0 || set_nonblock(c->err_fd) != 0 ||
-        (!c->exit_pidfd && set_nonblock(c->exit_fd) != 0)) {
-        hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: %s", strerror(errno));
-        close_fd(&c->ctl); /* the keeper sees the lifeline cut and aborts */
-        while (waitpid(c->keeper, NULL, 0) < 0 && errno == EINTR) {
-        }
-        goto fail;
-    }
-    if (await_shell(c, err) != 0) goto fail;
+    if (adopt_channels(c, &ch, use_pidfd, err) != 0 || await_shell(c, path, err) != 0) goto fail;
+    free(path);
     return c;
 
 fail:
     if (c) {
-        close_fd(&c->ctl);
-        close_fd(&c->out_fd);
-        close_fd(&c->err_fd);
-        close_fd(&c->exit_fd);
+        hvd_close_fd(&c->ctl);
+        hvd_close_fd(&c->out_fd);
+        hvd_close_fd(&c->err_fd);
+        hvd_close_fd(&c->exit_fd);
     }
-    for (int i = 0; i < 2; i++) {
-        close_fd(&sv[i]);
-        close_fd(&out[i]);
-        close_fd(&errp[i]);
-        close_fd(&done[i]);
-    }
+    channels_close(&ch);
+    free(path);
     free(k);
     free(c);
     return NULL;
 }
 
-int hvd_command_stdout_fd(const hvd_command *c) {
+int hvd_proc_stdout_fd(const hvd_proc *c) {
     return c->out_fd;
 }
 
-int hvd_command_stderr_fd(const hvd_command *c) {
+int hvd_proc_stderr_fd(const hvd_proc *c) {
     return c->err_fd;
 }
 
-int hvd_command_exit_fd(const hvd_command *c) {
+int hvd_proc_exit_fd(const hvd_proc *c) {
     return c->exit_fd;
 }
 
-pid_t hvd_command_pid(const hvd_command *c) {
+pid_t hvd_proc_pid(const hvd_proc *c) {
     return c->shell;
 }
 
-pid_t hvd_command_pgid(const hvd_command *c) {
+pid_t hvd_proc_pgid(const hvd_proc *c) {
     return c->shell;
 }
 
-pid_t hvd_command_keeper_pid(const hvd_command *c) {
+pid_t hvd_proc_keeper_pid(const hvd_proc *c) {
     return c->keeper;
 }
 
 /* Whether the done pipe (exit fd without pidfd) is at end-of-file: the keeper is exiting. */
-static int done_pipe_closed(const hvd_command *c) {
+static int done_pipe_closed(const hvd_proc *c) {
     char b;
     ssize_t n;
     while ((n = read(c->exit_fd, &b, 1)) < 0 && errno == EINTR) {
@@ -771,7 +816,7 @@ static int done_pipe_closed(const hvd_command *c) {
     return n == 0;
 }
 
-int hvd_command_reap(hvd_command *c, int *exit_code) {
+int hvd_proc_reap(hvd_proc *c, int *exit_code) {
     if (!c->ended) {
         siginfo_t si;
         int r;
@@ -808,14 +853,14 @@ int hvd_command_reap(hvd_command *c, int *exit_code) {
     return 0;
 }
 
-int hvd_command_wait(hvd_command *c, int timeout_ms, int *exit_code) {
-    int64_t deadline = now_ms() + timeout_ms;
+int hvd_proc_wait(hvd_proc *c, int timeout_ms, int *exit_code) {
+    int64_t deadline = hvd_now_ms() + timeout_ms;
     for (;;) {
-        int r = hvd_command_reap(c, exit_code);
+        int r = hvd_proc_reap(c, exit_code);
         if (r <= 0) return r;
         int wait_ms = -1;
         if (timeout_ms >= 0) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - hvd_now_ms();
             if (left <= 0) return 1;
             wait_ms = (int)left;
         }
@@ -824,7 +869,7 @@ int hvd_command_wait(hvd_command *c, int timeout_ms, int *exit_code) {
     }
 }
 
-void hvd_command_abort(hvd_command *c) {
+void hvd_proc_abort(hvd_proc *c) {
     if (c->ended || c->ctl < 0) return;
     struct ctl_msg m = {MSG_ABORT, 0, 0};
     /* Fails harmlessly (EPIPE, no SIGPIPE) if the keeper has already exited. */
@@ -832,19 +877,19 @@ void hvd_command_abort(hvd_command *c) {
     }
 }
 
-void hvd_command_free(hvd_command *c) {
+void hvd_proc_free(hvd_proc *c) {
     if (!c) return;
     if (!c->ended) {
         /* Closing the pipes first unblocks writers (EPIPE) so that they end sooner. */
-        close_fd(&c->out_fd);
-        close_fd(&c->err_fd);
-        hvd_command_abort(c);
-        while (hvd_command_wait(c, -1, NULL) > 0) {
+        hvd_close_fd(&c->out_fd);
+        hvd_close_fd(&c->err_fd);
+        hvd_proc_abort(c);
+        while (hvd_proc_wait(c, -1, NULL) > 0) {
         }
     }
-    close_fd(&c->ctl);
-    close_fd(&c->out_fd);
-    close_fd(&c->err_fd);
-    close_fd(&c->exit_fd);
+    hvd_close_fd(&c->ctl);
+    hvd_close_fd(&c->out_fd);
+    hvd_close_fd(&c->err_fd);
+    hvd_close_fd(&c->exit_fd);
     free(c);
 }

@@ -1,5 +1,5 @@
 /* Building the command's environment: see env.h. */
-#include "env.h"
+#include "common/env.h"
 
 #include <stdbool.h>
 #include <stdint.h>

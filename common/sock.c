@@ -1,4 +1,4 @@
-#include "tcp.h"
+#include "common/sock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "buf.h"
+#include "common/buf.h"
 
 #include <stdlib.h>
 #include <string.h>

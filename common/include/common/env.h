@@ -1,8 +1,8 @@
-/* The command's environment: the executor's environment with the request's changes applied
- * (Horovod's task service: `env = command_env.copy()`, then each key set, or deleted when its
- * value is None). */
-#ifndef HVD_TASK_ENV_H
-#define HVD_TASK_ENV_H
+/* An environment with changes applied: the task service builds its command's from the
+ * executor's and a request's changes (Horovod's task service: `env = command_env.copy()`, then
+ * each key set, or deleted when its value is None); hvd-driver builds mpirun's from its own. */
+#ifndef HVD_COMMON_ENV_H
+#define HVD_COMMON_ENV_H
 
 #include <stddef.h>
 

@@ -1,7 +1,7 @@
 /* A growable byte buffer with a read offset: bytes are appended at the end and consumed from
  * the front. Used for connection input and output. */
-#ifndef HVD_RPC_BUF_H
-#define HVD_RPC_BUF_H
+#ifndef HVD_COMMON_BUF_H
+#define HVD_COMMON_BUF_H
 
 #include <stddef.h>
 #include <stdint.h>

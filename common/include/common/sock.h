@@ -1,7 +1,7 @@
 /* TCP socket helpers (in the spirit of Redis's anet.c): each takes an hvd_err so the caller
  * can say precisely what failed. Every socket is non-blocking and close-on-exec. */
-#ifndef HVD_RPC_TCP_H
-#define HVD_RPC_TCP_H
+#ifndef HVD_COMMON_SOCK_H
+#define HVD_COMMON_SOCK_H
 
 #include <stdint.h>
 #include <sys/socket.h>

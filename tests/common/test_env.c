@@ -1,5 +1,5 @@
 /* Tests of the command environment builder (task_service/env.c). */
-#include "env.h"
+#include "common/env.h"
 #include "testutil.h"
 
 #include <stdarg.h>

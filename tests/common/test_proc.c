@@ -8,8 +8,8 @@
  * (HVD_TEST_MARK), so the checks see every process the command left, wherever it went. Waits
  * are bounded (to avoid hangs); the only timing assertion is a lower bound: an abort must
  * not SIGKILL before the grace period is over. */
-#include "command.h"
-#include "env.h"
+#include "common/proc.h"
+#include "common/env.h"
 #include "output.h"
 #include "testutil.h"
 
@@ -184,10 +184,10 @@ static bool wait_files(const char *dir, const char *const *names) {
     return true;
 }
 
-static hvd_command *start(const char *command, char *const *envp, const char *cwd, int grace_ms) {
-    hvd_command_spec spec = {.command = command, .envp = envp, .cwd = cwd, .grace_ms = grace_ms};
+static hvd_proc *start(const char *command, char *const *envp, const char *cwd, int grace_ms) {
+    hvd_proc_spec spec = {.command = command, .envp = envp, .cwd = cwd, .grace_ms = grace_ms};
     hvd_err err = {0};
-    hvd_command *c = hvd_command_start(&spec, &err);
+    hvd_proc *c = hvd_proc_start(&spec, &err);
     CHECK_MSG(c != NULL, "start '%s': %s", command, err.msg);
     return c;
 }
@@ -216,7 +216,7 @@ static void format_into(hvd_output *f, const char *in, size_t n, buf *b) {
 /* Drives a started command like an event loop would: reads stdout and stderr through
  * formatters (index < 0: pass-through) until both are at end-of-file and the exit descriptor
  * is readable, then reaps it. Aborts the command if that takes longer than WAIT_MS. */
-static void drive(hvd_command *c, int index, struct result *r) {
+static void drive(hvd_proc *c, int index, struct result *r) {
     memset(r, 0, sizeof *r);
     r->code = -1000;
     if (!c) return;
@@ -226,7 +226,7 @@ static void drive(hvd_command *c, int index, struct result *r) {
     hvd_output_init(&fmt[0], &o_out);
     hvd_output_init(&fmt[1], &o_err);
     buf *dst[2] = {&r->out, &r->err};
-    int fds[2] = {hvd_command_stdout_fd(c), hvd_command_stderr_fd(c)};
+    int fds[2] = {hvd_proc_stdout_fd(c), hvd_proc_stderr_fd(c)};
     bool eof[2] = {false, false}, ended = false;
     int64_t deadline = test_now_ms() + WAIT_MS;
     while (!(eof[0] && eof[1] && ended)) {
@@ -238,13 +238,13 @@ static void drive(hvd_command *c, int index, struct result *r) {
                 map[n++] = i;
             }
         if (!ended) {
-            pf[n] = (struct pollfd){.fd = hvd_command_exit_fd(c), .events = POLLIN};
+            pf[n] = (struct pollfd){.fd = hvd_proc_exit_fd(c), .events = POLLIN};
             map[n++] = 2;
         }
         int64_t left = deadline - test_now_ms();
         if (left <= 0) {
             CHECK_MSG(0, "command did not end within %d ms", WAIT_MS);
-            hvd_command_abort(c);
+            hvd_proc_abort(c);
             break;
         }
         if (poll(pf, (nfds_t)n, (int)left) < 0) continue;
@@ -262,14 +262,14 @@ static void drive(hvd_command *c, int index, struct result *r) {
                 eof[map[k]] = true;
         }
     }
-    if (ended) CHECK(hvd_command_reap(c, &r->code) == 0);
+    if (ended) CHECK(hvd_proc_reap(c, &r->code) == 0);
 }
 
 static void run(const char *command, char *const *envp, const char *cwd, int index,
                 struct result *r) {
-    hvd_command *c = start(command, envp, cwd, 0);
+    hvd_proc *c = start(command, envp, cwd, 0);
     drive(c, index, r);
-    hvd_command_free(c);
+    hvd_proc_free(c);
 }
 
 /* The tree of processes the abort and lifeline tests kill: processes that ignore SIGTERM
@@ -348,26 +348,26 @@ static void test_exit_codes(void) {
 }
 
 static void test_exit_fd_readable_when_ended(void) {
-    hvd_command *c = start("exit 9", NULL, NULL, 0);
+    hvd_proc *c = start("exit 9", NULL, NULL, 0);
     if (!c) return;
-    CHECK(readable(hvd_command_exit_fd(c), 5000));
+    CHECK(readable(hvd_proc_exit_fd(c), 5000));
     int code = -1;
-    CHECK(hvd_command_reap(c, &code) == 0);
+    CHECK(hvd_proc_reap(c, &code) == 0);
     CHECK(code == 9);
-    CHECK(hvd_command_reap(c, &code) == 0 && code == 9); /* again: same answer */
-    hvd_command_abort(c);                                /* ended: a no-op */
-    hvd_command_abort(c);
-    CHECK(hvd_command_reap(c, &code) == 0 && code == 9);
-    hvd_command_free(c);
+    CHECK(hvd_proc_reap(c, &code) == 0 && code == 9); /* again: same answer */
+    hvd_proc_abort(c);                                /* ended: a no-op */
+    hvd_proc_abort(c);
+    CHECK(hvd_proc_reap(c, &code) == 0 && code == 9);
+    hvd_proc_free(c);
 
     /* Abort after the end but before reaping: still a no-op, and no SIGPIPE here. */
     c = start("exit 4", NULL, NULL, 0);
     if (!c) return;
-    CHECK(readable(hvd_command_exit_fd(c), 5000));
-    hvd_command_abort(c);
-    CHECK(hvd_command_wait(c, 5000, &code) == 0);
+    CHECK(readable(hvd_proc_exit_fd(c), 5000));
+    hvd_proc_abort(c);
+    CHECK(hvd_proc_wait(c, 5000, &code) == 0);
     CHECK(code == 4);
-    hvd_command_free(c);
+    hvd_proc_free(c);
 }
 
 static void test_output_streams(void) {
@@ -442,33 +442,33 @@ static void test_no_descriptor_leak(void) {
     int leaky = open("/dev/null", O_RDONLY); /* deliberately without O_CLOEXEC */
     int p[2];
     CHECK(pipe(p) == 0);
-    hvd_command *other = start("sleep 1000", NULL, NULL, 0); /* its fds must not leak either */
+    hvd_proc *other = start("sleep 1000", NULL, NULL, 0); /* its fds must not leak either */
     struct result r;
     /* ls lists its own descriptors: 0-2 and the one it reads the directory with. */
     run("ls /proc/self/fd", NULL, NULL, -1, &r);
     CHECK_MSG(buf_is(&r.out, S("0\n1\n2\n3\n")), "got '%s'", r.out.data ? r.out.data : "");
     result_free(&r);
-    hvd_command_free(other);
+    hvd_proc_free(other);
     close(leaky);
     close(p[0]);
     close(p[1]);
 }
 
 static void test_session_and_group(void) {
-    hvd_command *c = start("sleep 1000", NULL, NULL, 0);
+    hvd_proc *c = start("sleep 1000", NULL, NULL, 0);
     if (!c) return;
-    pid_t shell = hvd_command_pid(c), keeper = hvd_command_keeper_pid(c);
+    pid_t shell = hvd_proc_pid(c), keeper = hvd_proc_keeper_pid(c);
     CHECK(shell > 0 && keeper > 0 && shell != keeper);
-    CHECK(hvd_command_pgid(c) == shell);
+    CHECK(hvd_proc_pgid(c) == shell);
     CHECK(getpgid(shell) == shell);
     CHECK(getsid(shell) == shell);
     /* The keeper is out of our process group and session, so signals to our group miss it. */
     CHECK(getpgid(keeper) != getpgid(0));
     CHECK(getsid(keeper) != getsid(0));
-    CHECK(hvd_command_reap(c, NULL) == 1); /* running */
+    CHECK(hvd_proc_reap(c, NULL) == 1); /* running */
     int64_t t0 = test_now_ms();
-    hvd_command_free(c); /* aborts: sleep dies on SIGTERM, no grace wait needed */
-    CHECK(test_now_ms() - t0 < HVD_COMMAND_DEFAULT_GRACE_MS);
+    hvd_proc_free(c); /* aborts: sleep dies on SIGTERM, no grace wait needed */
+    CHECK(test_now_ms() - t0 < HVD_PROC_DEFAULT_GRACE_MS);
 }
 
 /* Abort: everything is gone afterwards, TERM handlers ran, and SIGKILL came no earlier than
@@ -478,20 +478,20 @@ static void check_abort_tree(int grace_ms) {
     scene_init(&s);
     char cmd[PATH_MAX];
     tree_command(&s, cmd, sizeof cmd);
-    hvd_command *c = start(cmd, s.envp, NULL, grace_ms);
+    hvd_proc *c = start(cmd, s.envp, NULL, grace_ms);
     if (c) {
         CHECK(wait_files(s.dir, tree_ready));
         CHECK(tree_stopped(&s));
         int n = wait_marked(&s, TREE_PROCS, true);
         CHECK_MSG(n >= TREE_PROCS, "%d processes", n);
-        CHECK(!readable(hvd_command_exit_fd(c), 0));
+        CHECK(!readable(hvd_proc_exit_fd(c), 0));
         int64_t t0 = test_now_ms();
-        hvd_command_abort(c);
-        hvd_command_abort(c); /* twice: harmless */
-        CHECK(readable(hvd_command_exit_fd(c), WAIT_MS));
+        hvd_proc_abort(c);
+        hvd_proc_abort(c); /* twice: harmless */
+        CHECK(readable(hvd_proc_exit_fd(c), WAIT_MS));
         int64_t elapsed = test_now_ms() - t0;
         int code = -1;
-        CHECK(hvd_command_reap(c, &code) == 0);
+        CHECK(hvd_proc_reap(c, &code) == 0);
         CHECK_MSG(code == 143, "exit code %d", code); /* the shell, in `wait`, died of TERM */
         CHECK_MSG(elapsed >= grace_ms - 5, "ended %lld ms after abort, grace %d ms",
                   (long long)elapsed, grace_ms);
@@ -499,7 +499,7 @@ static void check_abort_tree(int grace_ms) {
         CHECK_MSG(left == 0, "%d processes left", left);
         CHECK(file_has(s.dir, "graceful", "graceful"));
         CHECK(file_has(s.dir, "resumed", "resumed"));
-        hvd_command_free(c);
+        hvd_proc_free(c);
     }
     CHECK(wait_marked(&s, 0, false) == 0); /* clean up even if a check failed */
     scene_free(&s);
@@ -522,9 +522,9 @@ static void check_owner_killed(bool hold_lifeline) {
     pid_t owner = fork();
     if (owner == 0) {
         close(report[0]);
-        hvd_command_spec spec = {.command = cmd, .envp = s.envp, .grace_ms = 500};
-        hvd_command *c = hvd_command_start(&spec, NULL);
-        pid_t pids[2] = {c ? hvd_command_keeper_pid(c) : -1, -1};
+        hvd_proc_spec spec = {.command = cmd, .envp = s.envp, .grace_ms = 500};
+        hvd_proc *c = hvd_proc_start(&spec, NULL);
+        pid_t pids[2] = {c ? hvd_proc_keeper_pid(c) : -1, -1};
         if (c && hold_lifeline) {
             pids[1] = fork();
             if (pids[1] == 0) {
@@ -565,8 +565,8 @@ static void test_owner_killed_lifeline_held(void) {
 /* PR_SET_PDEATHSIG fires when the thread that forked the keeper exits; the keeper must not
  * take that for the owner's death. */
 static void *start_in_thread(void *arg) {
-    hvd_command_spec spec = {.command = arg}; /* no CHECK here: the counters are not atomic */
-    return hvd_command_start(&spec, NULL);
+    hvd_proc_spec spec = {.command = arg}; /* no CHECK here: the counters are not atomic */
+    return hvd_proc_start(&spec, NULL);
 }
 
 static void test_starting_thread_exits(void) {
@@ -578,16 +578,16 @@ static void test_starting_thread_exits(void) {
     void *ret = NULL;
     CHECK(pthread_create(&t, NULL, start_in_thread, cmd) == 0);
     CHECK(pthread_join(t, &ret) == 0);
-    hvd_command *c = ret;
+    hvd_proc *c = ret;
     CHECK(c != NULL);
     if (c) {
         /* If the keeper aborted, the command would end now with 143. */
-        CHECK(!readable(hvd_command_exit_fd(c), 300));
+        CHECK(!readable(hvd_proc_exit_fd(c), 300));
         make_file(s.dir, "go", "");
         int code = -1;
-        CHECK(hvd_command_wait(c, WAIT_MS, &code) == 0);
+        CHECK(hvd_proc_wait(c, WAIT_MS, &code) == 0);
         CHECK_MSG(code == 7, "exit code %d", code);
-        hvd_command_free(c);
+        hvd_proc_free(c);
     }
     scene_free(&s);
 }
@@ -601,11 +601,11 @@ static void check_daemon_outlives_shell(void) {
              "setsid sh -c 'while [ ! -e \"$HVD_TEST_DIR/release\" ]; do sleep 0.02; done;"
              " echo done > \"$HVD_TEST_DIR/daemon_done\"' </dev/null >/dev/null 2>&1 &\n"
              "echo started; exit 5");
-    hvd_command *c = start(cmd, s.envp, NULL, 0);
+    hvd_proc *c = start(cmd, s.envp, NULL, 0);
     if (c) {
         /* The pipes reach end-of-file when the shell exits (the daemon holds neither). */
         buf out = {0};
-        int fds[2] = {hvd_command_stdout_fd(c), hvd_command_stderr_fd(c)};
+        int fds[2] = {hvd_proc_stdout_fd(c), hvd_proc_stderr_fd(c)};
         for (int i = 0; i < 2; i++) {
             int64_t deadline = test_now_ms() + WAIT_MS;
             for (;;) {
@@ -619,15 +619,15 @@ static void check_daemon_outlives_shell(void) {
         CHECK(buf_is(&out, S("started\n")));
         buf_free(&out);
         CHECK(!file_exists(s.dir, "daemon_done"));
-        CHECK(!readable(hvd_command_exit_fd(c), 200));
-        CHECK(hvd_command_reap(c, NULL) == 1); /* still running: the daemon lives */
+        CHECK(!readable(hvd_proc_exit_fd(c), 200));
+        CHECK(hvd_proc_reap(c, NULL) == 1); /* still running: the daemon lives */
         make_file(s.dir, "release", "");
         int code = -1;
-        CHECK(hvd_command_wait(c, WAIT_MS, &code) == 0);
+        CHECK(hvd_proc_wait(c, WAIT_MS, &code) == 0);
         CHECK_MSG(code == 5, "exit code %d", code);
         CHECK(file_exists(s.dir, "daemon_done"));
         CHECK(count_marked(&s) == 0);
-        hvd_command_free(c);
+        hvd_proc_free(c);
     }
     scene_free(&s);
 }
@@ -639,11 +639,11 @@ static void test_daemon_outlives_shell(void) {
 /* Output nobody reads blocks the command: the pipe is the only buffer. Reading it then
  * through the formatter uses no memory that grows with the output. */
 static void test_slow_reader(void) {
-    hvd_command *c = start("head -c 8388608 /dev/zero; echo finished >&2", NULL, NULL, 0);
+    hvd_proc *c = start("head -c 8388608 /dev/zero; echo finished >&2", NULL, NULL, 0);
     if (!c) return;
-    int out = hvd_command_stdout_fd(c);
+    int out = hvd_proc_stdout_fd(c);
     sleep_ms(300);
-    CHECK(hvd_command_reap(c, NULL) == 1); /* blocked on the full pipe, not ended */
+    CHECK(hvd_proc_reap(c, NULL) == 1); /* blocked on the full pipe, not ended */
     int queued = -1, size = fcntl(out, F_GETPIPE_SZ);
     CHECK(ioctl(out, FIONREAD, &queued) == 0);
     CHECK_MSG(queued > 0 && queued <= size, "%d bytes queued, pipe holds %d", queued, size);
@@ -679,16 +679,16 @@ static void test_slow_reader(void) {
     CHECK(buf_is(&r.err, S("finished\n")));
     CHECK(r.code == 0);
     result_free(&r);
-    hvd_command_free(c);
+    hvd_proc_free(c);
 }
 
 static void test_free_running(void) {
     struct scene s;
     scene_init(&s);
-    hvd_command *c = start("sleep 1000 & sleep 1000", s.envp, NULL, 0);
+    hvd_proc *c = start("sleep 1000 & sleep 1000", s.envp, NULL, 0);
     if (c) {
         CHECK(wait_marked(&s, 2, true) >= 2);
-        hvd_command_free(c);
+        hvd_proc_free(c);
         CHECK(count_marked(&s) == 0);
     }
     scene_free(&s);
@@ -696,36 +696,36 @@ static void test_free_running(void) {
 
 static void test_start_errors(void) {
     hvd_err err = {0};
-    hvd_command_spec none = {.command = NULL};
-    CHECK(hvd_command_start(&none, &err) == NULL);
+    hvd_proc_spec none = {.command = NULL};
+    CHECK(hvd_proc_start(&none, &err) == NULL);
     CHECK(err.code == HVD_E_INVALID);
-    CHECK(hvd_command_start(NULL, NULL) == NULL);
+    CHECK(hvd_proc_start(NULL, NULL) == NULL);
 
-    hvd_command_spec missing = {.command = "true", .cwd = "/nonexistent/hvd-dir"};
+    hvd_proc_spec missing = {.command = "true", .cwd = "/nonexistent/hvd-dir"};
     memset(&err, 0, sizeof err);
-    CHECK(hvd_command_start(&missing, &err) == NULL);
+    CHECK(hvd_proc_start(&missing, &err) == NULL);
     CHECK(err.code == HVD_E_INVALID);
     CHECK(strstr(err.msg, "/nonexistent/hvd-dir") != NULL);
 
-    hvd_command_spec file = {.command = "true", .cwd = "/etc/hostname"};
+    hvd_proc_spec file = {.command = "true", .cwd = "/etc/hostname"};
     memset(&err, 0, sizeof err);
-    CHECK(hvd_command_start(&file, &err) == NULL);
+    CHECK(hvd_proc_start(&file, &err) == NULL);
     CHECK(strstr(err.msg, "not a directory") != NULL);
 
-    hvd_command_spec negative = {.command = "true", .grace_ms = -1};
-    CHECK(hvd_command_start(&negative, &err) == NULL);
+    hvd_proc_spec negative = {.command = "true", .grace_ms = -1};
+    CHECK(hvd_proc_start(&negative, &err) == NULL);
 }
 
 /* With SIGCHLD ignored the kernel reaps the keeper itself; the code still arrives. */
 static void test_sigchld_ignored(void) {
     struct sigaction ign = {.sa_handler = SIG_IGN}, old;
     sigaction(SIGCHLD, &ign, &old);
-    hvd_command *c = start("exit 6", NULL, NULL, 0);
+    hvd_proc *c = start("exit 6", NULL, NULL, 0);
     if (c) {
         int code = -1;
-        CHECK(hvd_command_wait(c, WAIT_MS, &code) == 0);
+        CHECK(hvd_proc_wait(c, WAIT_MS, &code) == 0);
         CHECK_MSG(code == 6, "exit code %d", code);
-        hvd_command_free(c);
+        hvd_proc_free(c);
     }
     sigaction(SIGCHLD, &old, NULL);
 }
@@ -743,11 +743,11 @@ static void *thread_main(void *arg) {
     hvd_env_change ch[] = {{"HVD_T", value}};
     char **envp = hvd_env_build(environ, ch, 1, NULL);
     for (int i = 0; i < 6; i++) {
-        hvd_command_spec spec = {.command = "echo \"$HVD_T\"; exit 2", .envp = envp};
-        hvd_command *c = hvd_command_start(&spec, NULL);
+        hvd_proc_spec spec = {.command = "echo \"$HVD_T\"; exit 2", .envp = envp};
+        hvd_proc *c = hvd_proc_start(&spec, NULL);
         if (!c) continue;
         buf out = {0};
-        int fd = hvd_command_stdout_fd(c);
+        int fd = hvd_proc_stdout_fd(c);
         for (int64_t deadline = test_now_ms() + WAIT_MS; test_now_ms() < deadline;) {
             char chunk[256];
             ssize_t n = read(fd, chunk, sizeof chunk);
@@ -757,11 +757,10 @@ static void *thread_main(void *arg) {
         }
         int code = -1;
         snprintf(want, sizeof want, "%s\n", value);
-        if (hvd_command_wait(c, WAIT_MS, &code) == 0 && code == 2 &&
-            buf_is(&out, want, strlen(want)))
+        if (hvd_proc_wait(c, WAIT_MS, &code) == 0 && code == 2 && buf_is(&out, want, strlen(want)))
             job->ok++;
         buf_free(&out);
-        hvd_command_free(c);
+        hvd_proc_free(c);
     }
     hvd_env_free(envp);
     return NULL;
@@ -783,14 +782,14 @@ static void test_concurrent_starts(void) {
 
 /* The same behaviour without pidfd_open and close_range (kernels before 5.4 / 5.9). */
 static void test_fallbacks(void) {
-    hvd_command_force_fallbacks(1);
+    hvd_proc_force_fallbacks(1);
     test_exit_codes();
     test_exit_fd_readable_when_ended();
     test_no_descriptor_leak();
     check_abort_tree(500);
     check_daemon_outlives_shell();
     test_sigchld_ignored();
-    hvd_command_force_fallbacks(0);
+    hvd_proc_force_fallbacks(0);
 }
 
 int main(void) {
