@@ -838,11 +838,14 @@ int hvd_proc_reap(hvd_proc *c, int *exit_code) {
         }
         int saved = errno;
         drain_ctl(c);
-        if (r == 0) {
-            c->exit_code = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
-        } else if (saved == ECHILD && c->exit_record >= 0) {
-            /* Reaped by someone else (SIGCHLD ignored in this process, say). */
+        if ((r == 0 || saved == ECHILD) && c->exit_record >= 0) {
+            /* The keeper's report of the command's code, sent just before it exits: it
+             * survives someone else reaping the keeper (SIGCHLD ignored in this process,
+             * say), and a tool that rewrites the keeper's own exit status (valgrind's
+             * --error-exitcode, a sanitizer's exitcode in a forked child). */
             c->exit_code = c->exit_record;
+        } else if (r == 0) {
+            c->exit_code = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
         } else {
             errno = saved;
             return -1;

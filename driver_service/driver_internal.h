@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/clock.h"
+#include "common/strv.h"
 #include "hvd/driver.h"
 #include "hvd/rpc.h"
 
@@ -149,12 +151,6 @@ void drv_answer_held(hvd_driver *d);
 /* Sends one line (printf-style) to the configured log, if any. Any thread. */
 void drv_log(hvd_driver *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* NULL-terminated string lists: room for n (zeroed), a deep copy, and freeing (NULL is
- * ignored). The first two return NULL on out of memory. */
-char **drv_strv_new(size_t n);
-char **drv_strv_copy(const char *const *v);
-void drv_strv_free(char **v);
-
 /* Deep-copies a message described by desc (through its own encoding). Returns 0, or -1. */
 int drv_msg_clone(const hvd_msg_desc *desc, const void *src, void *dst);
 
@@ -162,10 +158,7 @@ int drv_msg_clone(const hvd_msg_desc *desc, const void *src, void *dst);
  * not fit, writes as many as fit followed by ",..." so the text always ends cleanly. */
 void drv_format_ranges(const uint32_t *v, size_t n, char *buf, size_t len);
 
-/* Milliseconds on the monotonic clock. */
-int64_t drv_now_ms(void);
-
-/* Waits on d->cv (d->mu held) until deadline_ms (drv_now_ms time; < 0: no limit). Returns
+/* Waits on d->cv (d->mu held) until deadline_ms (hvd_now_ms time; < 0: no limit). Returns
  * false when the deadline passed. */
 bool drv_cond_wait(hvd_driver *d, int64_t deadline_ms);
 

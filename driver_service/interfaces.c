@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/loop.h"
+#include "common/strv.h"
 #include "driver_internal.h"
 
 /* Threads that tell the tasks at once (1024 tasks: 64 rounds of connect + call). */
@@ -34,7 +36,7 @@ static void append(char *buf, size_t len, const char *fmt, ...) {
 typedef struct notify_job {
     hvd_driver *d;
     const hvd_peers_msg *peers; /* read-only, shared by the workers */
-    int64_t deadline;           /* drv_now_ms() time, < 0: none */
+    int64_t deadline;           /* hvd_now_ms() time, < 0: none */
     pthread_mutex_t mu;
     uint32_t next; /* next task to tell (under mu) */
     char **errors; /* [n]: why task i could not be told, or NULL */
@@ -53,7 +55,7 @@ static void *notify_worker(void *arg) {
         uint32_t i = j->next < n ? j->next++ : n;
         pthread_mutex_unlock(&j->mu);
         if (i >= n) break;
-        int64_t left = j->deadline < 0 ? NOTIFY_IO_MS : j->deadline - drv_now_ms();
+        int64_t left = j->deadline < 0 ? NOTIFY_IO_MS : j->deadline - hvd_now_ms();
         if (left <= 0) {
             j->errors[i] = strdup("not told: out of time");
             continue;
@@ -193,15 +195,10 @@ static int mesh(const drv_registry *r, char ***out, hvd_err *err) {
         mesh_error(r, err);
         return -1;
     }
-    char **res = drv_strv_new(r->ncand);
-    size_t n = 0;
-    for (size_t k = 0; res && k < r->ncand; k++) {
-        if (!((common >> k) & 1)) continue;
-        if (!(res[n++] = strdup(r->cand[k]))) {
-            drv_strv_free(res);
-            res = NULL;
-        }
-    }
+    hvd_strb b = {0};
+    for (size_t k = 0; k < r->ncand; k++)
+        if ((common >> k) & 1) hvd_strb_add(&b, r->cand[k]);
+    char **res = hvd_strb_finish(&b);
     if (!res) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     *out = res;
     return 0;
@@ -244,21 +241,15 @@ static int no_candidates(const drv_registry *r, hvd_err *err) {
 /* The distinct interface names of one task's addresses, in its order. d->mu held. */
 static int own_interfaces(const drv_task *t, char ***out, hvd_err *err) {
     const hvd_addr *a = t->info.addrs.v;
-    char **res = drv_strv_new(t->info.addrs.n);
+    hvd_strb b = {0};
+    for (size_t x = 0; x < t->info.addrs.n; x++)
+        if (a[x].ifname[0] && !hvd_strv_has((const char *const *)b.v, a[x].ifname))
+            hvd_strb_add(&b, a[x].ifname);
+    size_t n = b.n;
+    char **res = hvd_strb_finish(&b);
     if (!res) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    size_t n = 0;
-    for (size_t x = 0; x < t->info.addrs.n; x++) {
-        bool dup = !a[x].ifname[0];
-        for (size_t k = 0; k < n && !dup; k++)
-            dup = strcmp(res[k], a[x].ifname) == 0;
-        if (dup) continue;
-        if (!(res[n++] = strdup(a[x].ifname))) {
-            drv_strv_free(res);
-            return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-        }
-    }
     if (n == 0) {
-        drv_strv_free(res);
+        hvd_strv_free(res);
         return hvd_err_set(err, HVD_E_NOT_FOUND,
                            "task %u declared no interface names with its addresses: name the "
                            "interfaces to use (--nics)",
@@ -289,7 +280,7 @@ static int wait_reports(hvd_driver *d, int64_t start, int64_t deadline, hvd_err 
                                "peers they reached: %u of %u reported, missing task(s) %s: can "
                                "those executors connect to the other tasks (firewalls, routes)? "
                                "Or name the interfaces to use (--nics)",
-                               (long long)(drv_now_ms() - start), r->nreported, r->n, missing);
+                               (long long)(hvd_now_ms() - start), r->nreported, r->n, missing);
         }
     }
     return 0;
@@ -301,7 +292,7 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
         return hvd_err_set(err, HVD_E_STATE,
                            "hvd_driver_common_interfaces blocks and must not run on the driver's "
                            "loop thread");
-    int64_t start = drv_now_ms();
+    int64_t start = hvd_now_ms();
     int64_t deadline = timeout_ms < 0 ? -1 : start + timeout_ms;
     bool probe = d->nics == NULL && d->num_tasks > 1;
 
@@ -353,7 +344,7 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
     if (rc != 0) return -1;
 
     if (d->nics) {
-        *ifaces = drv_strv_copy((const char *const *)d->nics);
+        *ifaces = hvd_strv_copy((const char *const *)d->nics);
         return *ifaces ? 0 : hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     }
     pthread_mutex_lock(&d->mu);

@@ -1,42 +1,25 @@
-/* The mpirun command line (DESIGN.md section 2, step 4) and running it (include/hvd/launch.h). */
-#include <errno.h>
-#include <fcntl.h>
+/* One job's mpirun (include/hvd/launch.h): the command line of DESIGN.md section 2 step 4,
+ * run through the process runner and waited for. */
 #include <limits.h>
-#include <poll.h>
-#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/env.h"
+#include "common/proc.h"
+#include "common/strv.h"
 #include "hvd/launch.h"
+#include "hvd/proto.h"
 
-typedef struct argv_b {
-    char **v;
-    size_t n, cap;
-} argv_b;
-
-static void add(argv_b *a, const char *s) {
-    if (a->n + 2 > a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 64;
-        a->v = realloc(a->v, a->cap * sizeof *a->v);
-        if (!a->v) abort();
-    }
-    a->v[a->n++] = strdup(s);
-    a->v[a->n] = NULL;
-}
-
-static void add2(argv_b *a, const char *x, const char *y) {
-    add(a, x);
-    add(a, y);
-}
+#define POLL_MS 50 /* how often the wait for mpirun looks at the stop flag */
 
 const char *hvd_launch_bin_dir(void) {
     static char dir[PATH_MAX];
     if (dir[0]) return dir;
-    const char *env = getenv("HVD_BIN_DIR");
+    const char *env = getenv(HVD_BIN_DIR_ENV);
     if (env && *env) {
         snprintf(dir, sizeof dir, "%s", env);
         return dir;
@@ -52,193 +35,197 @@ const char *hvd_launch_bin_dir(void) {
     return dir;
 }
 
+static void mca(hvd_strb *a, const char *name, const char *value) {
+    hvd_strb_add(a, "-mca");
+    hvd_strb_add(a, name);
+    hvd_strb_add(a, value);
+}
+
+/* The options that pin the job to the interfaces every pair of tasks shares. */
+static void add_interfaces(hvd_strb *a, char *const *ifaces) {
+    if (!ifaces || !ifaces[0]) return;
+    char *list = hvd_strv_join((const char *const *)ifaces, ",");
+    if (!list) {
+        a->failed = true;
+        return;
+    }
+    mca(a, "btl_tcp_if_include", list);
+    mca(a, "oob_tcp_if_include", list);
+    /* NCCL_SOCKET_IFNAME is a prefix list: '=' asks for exact names (eth1 not eth10). */
+    hvd_strb_add(a, "-x");
+    hvd_strb_addf(a, "NCCL_SOCKET_IFNAME==%s", list);
+    free(list);
+}
+
 char **hvd_launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
                        hvd_err *err) {
     char *hosts = hvd_driver_host_list(d, err);
     if (!hosts) return NULL;
     const char *bin = cfg->bin_dir ? cfg->bin_dir : hvd_launch_bin_dir();
-    argv_b a = {0};
-    char np[16], path[PATH_MAX + 16];
-    snprintf(np, sizeof np, "%d", cfg->np);
-    add(&a, "mpirun");
-    if (geteuid() == 0) add(&a, "--allow-run-as-root");
-    add(&a, "--tag-output");
-    add2(&a, "-np", np);
-    add2(&a, "-H", hosts);
-    add2(&a, "-bind-to", "none");
-    add2(&a, "-map-by", "slot");
+    const char *exec_bin = cfg->exec_bin_dir ? cfg->exec_bin_dir : bin;
+    hvd_strb a = {0};
+    hvd_strb_add(&a, "mpirun");
+    if (geteuid() == 0) hvd_strb_add(&a, "--allow-run-as-root");
+    hvd_strb_add(&a, "--tag-output");
+    hvd_strb_add(&a, "-np");
+    hvd_strb_addf(&a, "%d", cfg->np);
+    hvd_strb_add(&a, "-H");
+    hvd_strb_add(&a, hosts);
+    hvd_strb_add(&a, "-bind-to");
+    hvd_strb_add(&a, "none");
+    hvd_strb_add(&a, "-map-by");
+    hvd_strb_add(&a, "slot");
     /* Rank 0 reads no stdin: large stdin crashes remote orteds (openmpi_rsh_agent.md §9). */
-    add2(&a, "--stdin", "none");
+    hvd_strb_add(&a, "--stdin");
+    hvd_strb_add(&a, "none");
     /* Host hashes never resolve: without this mpirun sends a DNS query for each of them
      * (seen with strace: 4 queries for one host) to whatever resolver the machine has. */
-    add(&a, "-mca");
-    add(&a, "if_base_do_not_resolve");
-    add(&a, "1");
-    add(&a, "-mca");
-    add(&a, "pml");
-    add(&a, "ob1");
-    add(&a, "-mca");
-    add(&a, "btl");
-    add(&a, "self,vader,tcp");
-    snprintf(path, sizeof path, "%s/hvd-rsh", bin);
-    add(&a, "-mca");
-    add(&a, "plm_rsh_agent");
-    add(&a, path);
-    if (ifaces && ifaces[0]) {
-        char list[1024] = "";
-        for (size_t i = 0; ifaces[i]; i++) {
-            size_t used = strlen(list);
-            snprintf(list + used, sizeof list - used, "%s%s", i ? "," : "", ifaces[i]);
-        }
-        add(&a, "-mca");
-        add(&a, "btl_tcp_if_include");
-        add(&a, list);
-        add(&a, "-mca");
-        add(&a, "oob_tcp_if_include");
-        add(&a, list);
-        char nccl[1100];
-        /* NCCL_SOCKET_IFNAME is a prefix list: '=' asks for exact names (eth1 not eth10). */
-        snprintf(nccl, sizeof nccl, "NCCL_SOCKET_IFNAME==%s", list);
-        add2(&a, "-x", nccl);
-    }
+    mca(&a, "if_base_do_not_resolve", "1");
+    mca(&a, "pml", "ob1");
+    mca(&a, "btl", "self,vader,tcp");
+    hvd_strb_add(&a, "-mca");
+    hvd_strb_add(&a, "plm_rsh_agent");
+    hvd_strb_addf(&a, "%s/hvd-rsh", bin);
+    add_interfaces(&a, ifaces);
     for (size_t i = 0; cfg->mpi_args && cfg->mpi_args[i]; i++)
-        add(&a, cfg->mpi_args[i]);
-    snprintf(path, sizeof path, "%s/hvd-exec", bin);
-    add(&a, path);
+        hvd_strb_add(&a, cfg->mpi_args[i]);
+    hvd_strb_addf(&a, "%s/hvd-exec", exec_bin);
     free(hosts);
-    if (cfg->verbose) {
-        fprintf(stderr, "hvd-driver: running");
-        for (size_t i = 0; a.v[i]; i++)
-            fprintf(stderr, " %s", a.v[i]);
-        fputc('\n', stderr);
-    }
-    return a.v;
+    char **argv = hvd_strb_finish(&a);
+    if (!argv) hvd_err_set(err, HVD_E_INTERNAL, "out of memory building the mpirun command");
+    return argv;
 }
 
 void hvd_launch_free_argv(char **argv) {
-    if (!argv) return;
-    for (size_t i = 0; argv[i]; i++)
-        free(argv[i]);
-    free(argv);
+    hvd_strv_free(argv);
 }
 
-static int sig_pipe[2] = {-1, -1};
-
-static void on_signal(int sig) {
-    int saved = errno;
-    unsigned char b = (unsigned char)sig;
-    if (sig_pipe[1] >= 0) (void)!write(sig_pipe[1], &b, 1);
-    errno = saved;
+static void launch_log(const hvd_launch_config *cfg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void launch_log(const hvd_launch_config *cfg, const char *fmt, ...) {
+    if (!cfg->log) return;
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    cfg->log(cfg->log_user, line);
 }
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+static bool stop_requested(const hvd_launch_config *cfg) {
+    return cfg->stop && __atomic_load_n(cfg->stop, __ATOMIC_ACQUIRE);
 }
 
-int hvd_launch_run(char **argv, const hvd_launch_config *cfg, bool *timed_out, hvd_err *err) {
-    int timeout_s = cfg->timeout_s;
-    *timed_out = false;
-    struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term, old_hup;
-    if (cfg->forward_signals) {
-        if (sig_pipe[0] < 0 && pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-            return hvd_err_set(err, HVD_E_IO, "pipe: %s", strerror(errno));
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESTART;
-        sigaction(SIGINT, &sa, &old_int);
-        sigaction(SIGTERM, &sa, &old_term);
-        sigaction(SIGHUP, &sa, &old_hup);
+/* mpirun's environment: this process's, with cfg->extra_env and then the job's variables
+ * (which win). Returns NULL with err. */
+static char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, hvd_err *err) {
+    char **job = hvd_driver_job_env(d, err);
+    if (!job) return NULL;
+    size_t nextra = hvd_strv_len(cfg->extra_env), njob = hvd_strv_len((const char *const *)job);
+    hvd_env_change *ch = calloc(nextra + njob + 1, sizeof *ch);
+    char **names = calloc(nextra + njob + 1, sizeof *names);
+    char **envp = NULL;
+    if (!ch || !names) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        goto out;
     }
-    /* The child's environment is built before fork: after fork in a multithreaded process
-     * (a JVM) only async-signal-safe calls are allowed. */
+    for (size_t i = 0; i < nextra + njob; i++) {
+        const char *kv = i < nextra ? cfg->extra_env[i] : job[i - nextra];
+        const char *eq = strchr(kv, '=');
+        if (!eq || eq == kv) {
+            hvd_err_set(err, HVD_E_INVALID, "mpirun's environment entry '%.40s' is not NAME=VALUE",
+                        kv);
+            goto out;
+        }
+        if (!(names[i] = strndup(kv, (size_t)(eq - kv)))) {
+            hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+            goto out;
+        }
+        ch[i] = (hvd_env_change){names[i], eq + 1};
+    }
     extern char **environ;
-    size_t nenv = 0, nextra = 0;
-    while (environ[nenv])
-        nenv++;
-    while (cfg->extra_env && cfg->extra_env[nextra])
-        nextra++;
-    char **envp = calloc(nenv + nextra + 1, sizeof *envp);
-    if (!envp) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    size_t k = 0;
-    for (size_t i = 0; i < nextra; i++)
-        envp[k++] = (char *)cfg->extra_env[i];
-    for (size_t i = 0; i < nenv; i++) {
-        /* An extra entry wins over the same name in environ. */
-        size_t len = strcspn(environ[i], "=");
-        bool dup = false;
-        for (size_t j = 0; j < nextra && !dup; j++)
-            dup = strncmp(cfg->extra_env[j], environ[i], len) == 0 && cfg->extra_env[j][len] == '=';
-        if (!dup) envp[k++] = environ[i];
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        free(envp);
-        return hvd_err_set(err, HVD_E_INTERNAL, "fork: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-        /* The child starts with default dispositions and no blocked signals, whatever the
-         * parent (a JVM, say) had. */
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        execvpe(argv[0], argv, envp);
-        fprintf(stderr, "hvd-driver: cannot run %s: %s (is Open MPI installed?)\n", argv[0],
-                strerror(errno));
-        _exit(127);
-    }
-    setpgid(pid, pid);
-    free(envp);
-    int64_t deadline = timeout_s > 0 ? now_ms() + (int64_t)timeout_s * 1000 : -1;
-    int64_t kill_at = -1;
-    bool stopping = false;
-    int status = -1;
+    envp = hvd_env_build(environ, ch, nextra + njob, err);
+out:
+    hvd_strv_free(names);
+    free(ch);
+    for (size_t i = 0; job[i]; i++) /* the secret: wipe before freeing */
+        memset(job[i], 0, strlen(job[i]));
+    hvd_strv_free(job);
+    return envp;
+}
+
+/* Waits for mpirun, stopping it on timeout or *stop. */
+static void wait_mpirun(hvd_proc *p, const hvd_launch_config *cfg, hvd_launch_outcome *out) {
+    int64_t deadline = cfg->timeout_s > 0 ? hvd_now_ms() + (int64_t)cfg->timeout_s * 1000 : -1;
+    int code = 255;
     for (;;) {
-        int ws;
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid) {
-            status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        int r = hvd_proc_wait(p, POLL_MS, &code);
+        if (r <= 0) {
+            if (r < 0) code = 255; /* reaped by someone else: cannot know */
             break;
         }
-        int64_t now = now_ms();
-        if (deadline >= 0 && now >= deadline && !*timed_out) {
-            *timed_out = true;
-            fprintf(stderr, "hvd-driver: the job ran past --timeout %d s; stopping mpirun\n",
-                    timeout_s);
-            kill(-pid, SIGTERM);
-            kill_at = now + 10000;
+        if (!out->timed_out && !out->stopped && deadline >= 0 && hvd_now_ms() >= deadline) {
+            out->timed_out = true;
+            launch_log(cfg, "the job ran past its timeout of %d s; stopping mpirun",
+                       cfg->timeout_s);
+            hvd_proc_abort(p);
         }
-        if (cfg->stop && !stopping && __atomic_load_n(cfg->stop, __ATOMIC_ACQUIRE)) {
-            stopping = true; /* the caller gave up on the job (include/hvd/launch.h) */
-            kill(-pid, SIGTERM);
-            if (kill_at < 0) kill_at = now + 10000;
-        }
-        if (kill_at >= 0 && now >= kill_at) {
-            kill(-pid, SIGKILL);
-            kill_at = -1;
-        }
-        struct pollfd p = {.fd = cfg->forward_signals ? sig_pipe[0] : -1, .events = POLLIN};
-        if (poll(&p, 1, 50) > 0) {
-            unsigned char sig;
-            while (read(sig_pipe[0], &sig, 1) == 1) {
-                /* mpirun turns one SIGINT/SIGTERM into an orderly abort of the job; a second
-                 * one is passed on as well, then SIGKILL follows 10 s later. */
-                kill(pid, sig);
-                if (kill_at < 0) kill_at = now + 10000;
-            }
+        if (!out->timed_out && !out->stopped && stop_requested(cfg)) {
+            out->stopped = true;
+            hvd_proc_abort(p);
         }
     }
-    if (cfg->forward_signals) {
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
-        sigaction(SIGHUP, &old_hup, NULL);
+    out->status = code;
+}
+
+/* Runs argv (mpirun) and waits for it. Returns 0 with the outcome, or -1 with err. */
+static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg,
+                      hvd_launch_outcome *out, hvd_err *err) {
+    char **envp = mpirun_env(d, cfg, err);
+    if (!envp) return -1;
+    hvd_proc_spec spec = {.argv = argv,
+                          .envp = envp,
+                          .grace_ms = HVD_MPIRUN_KILL_DELAY_MS,
+                          .pass_stdout = true,
+                          .stdout_fd = cfg->output_fds ? cfg->output_fds[0] : 1,
+                          .pass_stderr = true,
+                          .stderr_fd = cfg->output_fds ? cfg->output_fds[1] : 2};
+    hvd_proc *p = hvd_proc_start(&spec, err);
+    hvd_env_free(envp);
+    if (!p) return hvd_err_prefix(err, "cannot start mpirun (is Open MPI installed?): ");
+    wait_mpirun(p, cfg, out);
+    hvd_proc_free(p);
+    return 0;
+}
+
+int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outcome *out,
+                   hvd_err *err) {
+    memset(out, 0, sizeof *out);
+    int start_ms =
+        cfg->start_timeout_ms > 0 ? cfg->start_timeout_ms : HVD_START_TIMEOUT_DEFAULT_S * 1000;
+    char **ifaces = NULL, **argv = NULL;
+    int rc = -1;
+    if (hvd_driver_wait_registration(d, start_ms, err) != 0 ||
+        hvd_driver_common_interfaces(d, start_ms, &ifaces, err) != 0)
+        goto out;
+    if (!(argv = hvd_launch_argv(d, cfg, ifaces, err))) goto out;
+    if (cfg->log) {
+        char *hosts = hvd_driver_host_list(d, NULL),
+             *names = hvd_strv_join((const char *const *)ifaces, " ");
+        launch_log(cfg, "hosts %s; interfaces %s", hosts ? hosts : "?", names ? names : "?");
+        free(hosts);
+        free(names);
+        char *line = hvd_strv_join((const char *const *)argv, " ");
+        launch_log(cfg, "running %s", line ? line : "mpirun");
+        free(line);
     }
-    return status;
+    if (stop_requested(cfg)) {
+        hvd_err_set(err, HVD_E_STATE, "the job was stopped before mpirun started");
+        goto out;
+    }
+    rc = run_mpirun(d, argv, cfg, out, err);
+out:
+    hvd_strv_free(ifaces);
+    hvd_launch_free_argv(argv);
+    return rc;
 }

@@ -1,5 +1,8 @@
-/* hvd-driver, the launcher: command line, local task services, the mpirun command, and the
- * report of results. Built on libhvd_driver (include/hvd/driver.h). */
+/* hvd-driver, the launcher: command line (launcher_opts.c), the job's private directory and
+ * the run and serve flows (launcher_main.c), the watcher of signals and lost tasks
+ * (launcher_watch.c), local task services (launcher_local.c), task services over ssh
+ * (launcher_ssh.c), and the report of results (launcher_report.c). Built on libhvd_driver
+ * and libhvd_launch (include/hvd/driver.h, launch.h). */
 #ifndef HVD_LAUNCHER_H
 #define HVD_LAUNCHER_H
 
@@ -20,7 +23,7 @@ typedef struct launch_opts {
                                  long is lost (network partition) */
     const char *results_json; /* --results-json FILE */
     const char *env_file;     /* serve: --env-file FILE */
-    const char **mpi_args;    /* --mpi-arg, in order */
+    const char **mpi_args;    /* --mpi-arg, in order, NULL-terminated */
     size_t n_mpi_args;
     const char *nics;      /* --nics a,b: fixed interfaces (no probing) */
     const char *entry;     /* --entry LIB.so:SYMBOL */
@@ -37,51 +40,86 @@ typedef struct launch_opts {
     bool ssh_fake_hosts;         /* --ssh-fake-hosts (tests): the hosts are all this machine */
 } launch_opts;
 
+/* ---- launcher_opts.c ---- */
+
+/* Parses the command line into o (strings point into argv). Returns 0; or prints one line to
+ * stderr and returns the exit status: 2 for a usage error; for --help prints the usage to
+ * stdout and returns -1 (exit 0). */
+int launch_opts_parse(int argc, char **argv, launch_opts *o);
+void launch_opts_free(launch_opts *o);
+
+/* ---- launcher_main.c: the job's private directory ---- */
+
 /* Where the launcher keeps its files: a private 0700 directory with the secret file and, in
- * local mode, a work and temp dir per task and fake host. Removed at the end. */
+ * local mode, a work and temp dir per task and fake host. Removed at the end, however the
+ * launcher ends (a small process waits for it to end). */
 typedef struct launch_dir {
     char path[256];
     char secret_file[300];
 } launch_dir;
 
-/* Local task services (--local). */
+/* ---- launcher_watch.c: signals and lost tasks end the job through one path ---- */
+
+typedef struct ssh_tasks ssh_tasks;
+
+/* Starts the watcher thread over this process's signal pipe (common/sig.h). A signal, or a
+ * task service lost while the job runs, stops the job: the driver is aborted (waits for
+ * registration or interfaces return at once), the launch's stop flag is raised (mpirun
+ * stops), the ssh sessions are interrupted. Returns 0, or -1 with err. */
+int watch_start(int signal_fd, hvd_err *err);
+/* From now on the watcher acts on this driver, these ssh sessions (either may be NULL). */
+void watch_set_driver(hvd_driver *d);
+void watch_set_ssh(ssh_tasks *st);
+/* Lost tasks stop mattering (the job's part of the tasks is over). */
+void watch_ignore_lost(void);
+/* The stop flag for hvd_launch_config.stop. */
+const int *watch_stop_flag(void);
+/* Stops the job from any thread with a reason (the first reason wins). */
+void watch_stop_job(const char *why);
+/* Copies why the job was stopped ("" if it was not). */
+void watch_stop_reason(char *out, size_t cap);
+/* Stops the watcher thread. */
+void watch_end(void);
+
+/* ---- launcher_local.c ---- */
+
+/* Local task services (--local): hvd-task processes run through the process runner. */
 typedef struct local_tasks {
-    pid_t *pids;
+    struct hvd_proc **procs;
     int n;
 } local_tasks;
 
 /* Starts np hvd-task processes grouped into `hosts` fake hosts (distinct host hashes,
- * separate temp dirs). The environment must already hold HVD_SECRET and HVD_DRIVER_ADDRS.
+ * separate temp dirs), with `job_env` (the driver's hvd_driver_job_env) in their environment.
  * Returns 0, or -1 with err (tasks already started are stopped). */
-int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *dir, hvd_err *err);
+int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *dir,
+                      char *const *job_env, hvd_err *err);
 
-/* Waits up to grace_ms for the tasks to exit, then kills what is left; reaps everything. */
+/* Waits up to grace_ms for the tasks to exit, then stops what is left (SIGTERM, SIGKILL). */
 void local_tasks_stop(local_tasks *lt, int grace_ms);
 
-/* Task services started over ssh (--ssh-hosts): one session per host, run by a thread each
- * (launcher_ssh.c). */
-typedef struct ssh_tasks ssh_tasks;
+/* ---- launcher_ssh.c: task services started over ssh, one session per host ---- */
 
 /* Checks --ssh-hosts against -np without connecting anywhere; -np 0 (not given) becomes the
  * number of slots. Returns 0, or -1 with err. */
 int ssh_hosts_check(launch_opts *o, hvd_err *err);
 
 /* Starts the np hvd-task processes on the --ssh-hosts hosts, one session per host, tasks
- * numbered host by host in order. The job secret (HVD_SECRET in this process's environment)
- * goes through each session's stdin, the driver's addresses on its command line. A session
- * that fails or ends early makes hvd_driver_wait_registration fail with its reason, and so
- * does SIGINT/SIGTERM/SIGHUP (handled from now until ssh_tasks_stop). Returns the handle, or
- * NULL with err (nothing left started). */
-ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, const char *driver_addrs,
-                           hvd_err *err);
+ * numbered host by host in order. The job secret (from job_env) goes through each session's
+ * stdin, the driver's addresses on its command line. A session that fails or ends early makes
+ * hvd_driver_wait_registration fail with its reason. Returns the handle, or NULL with err
+ * (nothing left started). */
+ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job_env, hvd_err *err);
+
+/* Interrupts every session (the remote tasks are ended). Any thread. */
+void ssh_tasks_interrupt(ssh_tasks *st);
 
 /* After hvd_driver_shutdown_tasks: waits up to grace_ms for the sessions to end, ends the
  * rest (SIGTERM to the remote tasks' process group), closes every session, then kills what
  * is left of the job on each host and removes its files there. NULL is ignored. */
 void ssh_tasks_stop(ssh_tasks *st, int grace_ms);
 
-/* With --ssh-bin-dir: points mpirun's hvd-exec (the last word of argv) at that directory. */
-int ssh_tasks_fix_argv(const launch_opts *o, char **mpi_argv, hvd_err *err);
+/* ---- launcher_report.c ---- */
 
 /* Prints the summary table and writes the JSON file if asked. Returns the process exit
  * status: 0 if mpirun and every rank succeeded, else non-zero with a line naming the first

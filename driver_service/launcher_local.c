@@ -4,16 +4,17 @@
  * openmpi_rsh_agent.md section 7). */
 #include <errno.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/env.h"
+#include "common/proc.h"
+#include "common/strv.h"
+#include "hvd/net.h"
 #include "launcher.h"
 
 /* A host hash for fake host k of this job: never resolvable, never containing '.' or ':'. */
@@ -33,11 +34,63 @@ static void fake_host_hash(char *out, size_t cap, int k) {
     snprintf(out, cap, "%s-hvdlocal%d-%d", host, (int)getpid(), k);
 }
 
-int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *dir, hvd_err *err) {
+/* Starts task `index` of fake host `host_hash`. Returns the process, or NULL with err. */
+static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int index,
+                            const char *host_hash, const char *tmp, const char *work,
+                            char *const *job_env, hvd_err *err) {
+    hvd_strb a = {0};
+    hvd_strb_add(&a, task_bin);
+    hvd_strb_add(&a, "--index");
+    hvd_strb_addf(&a, "%d", index);
+    hvd_strb_add(&a, "--start-timeout");
+    hvd_strb_addf(&a, "%d", o->start_timeout_s);
+    /* The job is over when the driver shuts tasks down: no need to linger. */
+    hvd_strb_add(&a, "--min-lifetime");
+    hvd_strb_add(&a, "1");
+    hvd_strb_add(&a, "--log-level");
+    hvd_strb_add(&a, o->verbose ? "info" : "warn");
+    char **argv = hvd_strb_finish(&a);
+    size_t nj = hvd_strv_len((const char *const *)job_env);
+    hvd_env_change *ch = calloc(nj + 2, sizeof *ch);
+    char **names = calloc(nj + 1, sizeof *names);
+    char **envp = NULL;
+    hvd_proc *p = NULL;
+    if (!argv || !ch || !names) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nj; i++) {
+        const char *eq = strchr(job_env[i], '=');
+        names[i] = strndup(job_env[i], (size_t)(eq - job_env[i]));
+        ch[i] = (hvd_env_change){names[i], eq + 1};
+    }
+    ch[nj] = (hvd_env_change){HVD_HOST_HASH_ENV, host_hash};
+    ch[nj + 1] = (hvd_env_change){"TMPDIR", tmp};
+    extern char **environ;
+    if (!(envp = hvd_env_build(environ, ch, nj + 2, err))) goto out;
+    hvd_proc_spec spec = {.argv = argv,
+                          .envp = envp,
+                          .cwd = work,
+                          .grace_ms = HVD_GRACE_DEFAULT_MS,
+                          .pass_stdout = true,
+                          .stdout_fd = STDOUT_FILENO,
+                          .pass_stderr = true,
+                          .stderr_fd = STDERR_FILENO};
+    p = hvd_proc_start(&spec, err);
+out:
+    hvd_env_free(envp);
+    hvd_strv_free(names);
+    free(ch);
+    hvd_strv_free(argv);
+    return p;
+}
+
+int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *dir,
+                      char *const *job_env, hvd_err *err) {
     int n = o->np, hosts = o->local_hosts;
-    lt->pids = calloc((size_t)n, sizeof(pid_t));
+    lt->procs = calloc((size_t)n, sizeof *lt->procs);
     lt->n = 0;
-    if (!lt->pids) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    if (!lt->procs) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     char task_bin[PATH_MAX];
     snprintf(task_bin, sizeof task_bin, "%s/hvd-task", hvd_launch_bin_dir());
     if (access(task_bin, X_OK) != 0)
@@ -55,62 +108,27 @@ int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *d
         if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
             return hvd_err_set(err, HVD_E_IO, "mkdir %s: %s", tmp, strerror(errno));
         for (int k = 0; k < per + (h < extra); k++, task++) {
-            char work[420], index[16], start_timeout[16];
+            char work[420];
             snprintf(work, sizeof work, "%s/task%d", dir->path, task);
             if (mkdir(work, 0700) != 0 && errno != EEXIST)
                 return hvd_err_set(err, HVD_E_IO, "mkdir %s: %s", work, strerror(errno));
-            snprintf(index, sizeof index, "%d", task);
-            snprintf(start_timeout, sizeof start_timeout, "%d", o->start_timeout_s);
-            pid_t parent = getpid();
-            pid_t pid = fork();
-            if (pid < 0) return hvd_err_set(err, HVD_E_INTERNAL, "fork: %s", strerror(errno));
-            if (pid == 0) {
-                /* The task dies with the launcher even if the driver's connection lingers. */
-                prctl(PR_SET_PDEATHSIG, SIGTERM);
-                if (getppid() != parent) _exit(1);
-                setenv("HVD_HOST_HASH", hash, 1);
-                setenv("TMPDIR", tmp, 1);
-
-                if (chdir(work) != 0) _exit(1);
-                const char *level = o->verbose ? "info" : "warn";
-                /* The job is over when the driver shuts tasks down: no need to linger. */
-                execl(task_bin, "hvd-task", "--index", index, "--start-timeout", start_timeout,
-                      "--min-lifetime", "1", "--log-level", level, (char *)NULL);
-                fprintf(stderr, "hvd-driver: cannot run %s: %s\n", task_bin, strerror(errno));
-                _exit(127);
-            }
-            lt->pids[lt->n++] = pid;
+            hvd_proc *p = start_task(o, task_bin, task, hash, tmp, work, job_env, err);
+            if (!p) return -1;
+            lt->procs[lt->n++] = p;
         }
     }
     return 0;
 }
 
 void local_tasks_stop(local_tasks *lt, int grace_ms) {
-    struct timespec tick = {0, 20 * 1000 * 1000};
-    int left = lt->n;
-    for (int waited = 0; left > 0; waited += 20) {
-        left = 0;
-        for (int i = 0; i < lt->n; i++) {
-            if (lt->pids[i] <= 0) continue;
-            if (waitpid(lt->pids[i], NULL, WNOHANG) == lt->pids[i])
-                lt->pids[i] = 0;
-            else
-                left++;
-        }
-        if (left == 0) break;
-        if (waited >= grace_ms) {
-            for (int i = 0; i < lt->n; i++)
-                if (lt->pids[i] > 0) kill(lt->pids[i], waited >= grace_ms * 2 ? SIGKILL : SIGTERM);
-            if (waited >= grace_ms * 2 + 2000) break;
-        }
-        nanosleep(&tick, NULL);
-    }
+    int64_t deadline = hvd_now_ms() + grace_ms;
     for (int i = 0; i < lt->n; i++)
-        if (lt->pids[i] > 0) {
-            kill(lt->pids[i], SIGKILL);
-            waitpid(lt->pids[i], NULL, 0);
-        }
-    free(lt->pids);
-    lt->pids = NULL;
+        hvd_proc_wait(lt->procs[i], hvd_ms_left(deadline), NULL);
+    for (int i = 0; i < lt->n; i++) /* all at once: SIGTERM, SIGKILL after the grace period */
+        hvd_proc_abort(lt->procs[i]);
+    for (int i = 0; i < lt->n; i++)
+        hvd_proc_free(lt->procs[i]);
+    free(lt->procs);
+    lt->procs = NULL;
     lt->n = 0;
 }

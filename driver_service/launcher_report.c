@@ -3,60 +3,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "launcher.h"
 
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-static void json_bytes(FILE *f, const uint8_t *d, size_t n) {
-    /* Results are bytes: written as a JSON string when they are printable UTF-8-free ASCII,
-     * and always as hex too, so nothing is lost. */
-    bool text = true;
-    for (size_t i = 0; i < n; i++)
-        if (d[i] < 0x20 || d[i] > 0x7e) text = false;
-    fprintf(f, "\"result_hex\": \"");
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "%02x", d[i]);
-    fprintf(f, "\"");
-    if (text) {
-        char *s = malloc(n + 1);
-        memcpy(s, d, n);
-        s[n] = '\0';
-        fprintf(f, ", \"result_text\": ");
-        json_string(f, s);
-        free(s);
-    }
+/* One rank as a JSON object. The result bytes go as hex, always, so nothing is lost, and as
+ * text too when they are valid UTF-8 (JSON strings cannot hold anything else). */
+static json_t *rank_json(const hvd_rank_result *r) {
+    char *hex = malloc(r->len * 2 + 1);
+    if (!hex) return NULL;
+    for (size_t i = 0; i < r->len; i++)
+        snprintf(hex + 2 * i, 3, "%02x", r->data[i]);
+    hex[r->len * 2] = '\0';
+    json_t *o =
+        json_pack("{s:i, s:I, s:s, s:b, s:i, s:s, s:s?}", "rank", r->rank, "task",
+                  (json_int_t)r->index, "host_hash", r->host_hash ? r->host_hash : "", "reported",
+                  r->present, "status", r->status, "result_hex", hex, "error", r->error);
+    free(hex);
+    json_t *text = json_stringn((const char *)r->data, r->len); /* NULL: not UTF-8 */
+    if (o && text) json_object_set_new(o, "result_text", text);
+    return o;
 }
 
 static int write_json(const char *path, const hvd_rank_result *r, size_t n, int mpirun_status) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "{\"mpirun_status\": %d, \"ranks\": [\n", mpirun_status);
-    for (size_t i = 0; i < n; i++) {
-        fprintf(f, "  {\"rank\": %d, \"task\": %u, \"host_hash\": ", r[i].rank, r[i].index);
-        json_string(f, r[i].host_hash ? r[i].host_hash : "");
-        fprintf(f, ", \"reported\": %s, \"status\": %d, ", r[i].present ? "true" : "false",
-                r[i].status);
-        json_bytes(f, r[i].data, r[i].len);
-        fprintf(f, ", \"error\": ");
-        if (r[i].error)
-            json_string(f, r[i].error);
-        else
-            fprintf(f, "null");
-        fprintf(f, "}%s\n", i + 1 < n ? "," : "");
-    }
-    fprintf(f, "]}\n");
-    return fclose(f) == 0 ? 0 : -1;
+    json_t *ranks = json_array();
+    json_t *doc = json_pack("{s:i, s:o}", "mpirun_status", mpirun_status, "ranks", ranks);
+    for (size_t i = 0; doc && i < n; i++)
+        if (json_array_append_new(ranks, rank_json(&r[i])) != 0) {
+            json_decref(doc);
+            doc = NULL;
+        }
+    int rc = doc ? json_dump_file(doc, path, JSON_INDENT(1)) : -1;
+    json_decref(doc);
+    return rc;
 }
 
 /* The result bytes as one short line when they are printable text, else their size. */

@@ -39,7 +39,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hostspec.h"
+#include "common/io.h"
+#include "common/sig.h"
 #include "hvd/net.h"
+#include "hvd/proto.h"
 #include "launcher.h"
 #include "ssh_transport.h"
 
@@ -78,23 +82,11 @@ struct ssh_tasks {
     char secret_line[64];   /* base64 secret + '\n', the sessions' stdin */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int running;   /* sessions not yet ended */
-    bool stopping; /* ssh_tasks_stop began: session ends are expected */
-    struct sigaction old_int, old_term, old_hup, old_pipe;
+    int running;      /* sessions not yet ended */
+    bool stopping;    /* ssh_tasks_stop began: session ends are expected */
+    int intr_pipe[2]; /* the interrupt of every session: written by ssh_tasks_interrupt, never
+                         read (hvd_ssh_run polls it, level-triggered) */
 };
-
-/* The interrupt of every session: written by the signal handler and by ssh_tasks_stop, never
- * read (hvd_ssh_run polls it). One job per process, hence static. */
-static int intr_pipe[2] = {-1, -1};
-/* Written by the signal handler, read by other threads: atomic (lock-free int). */
-static int got_signal;
-
-static void on_signal(int sig) {
-    int saved = errno;
-    __atomic_store_n(&got_signal, sig, __ATOMIC_SEQ_CST);
-    if (intr_pipe[1] >= 0) (void)!write(intr_pipe[1], "x", 1);
-    errno = saved;
-}
 
 /* ---- text ------------------------------------------------------------------------------- */
 
@@ -169,59 +161,25 @@ static int parse_hosts(const char *list, ssh_host **out, hvd_err *err) {
     for (const char *p = list; *p; p++)
         n += *p == ',';
     ssh_host *hosts = calloc(n, sizeof *hosts);
-    char *copy = strdup(list);
-    if (!hosts || !copy) {
-        free(hosts);
-        free(copy);
-        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    }
+    if (!hosts) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     int k = 0;
-    for (char *save = NULL, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
-        ssh_host *h = &hosts[k];
-        char entry[300];
-        snprintf(entry, sizeof entry, "%s", e); /* for the message: e is cut up below */
-        h->slots = 1;
-        char *at = strchr(e, '@');
-        if (at) {
-            if (at == e || (size_t)(at - e) >= sizeof h->user) goto bad;
-            snprintf(h->user, sizeof h->user, "%.*s", (int)(at - e), e);
-            e = at + 1;
+    for (const char *e = list; *e; e += *e == ',') {
+        size_t len = strcspn(e, ",");
+        if (len == 0) continue;
+        hvd_hostspec hs;
+        if (hvd_hostspec_parse(e, len, "slots", 1, 4096, &hs, err) != 0 ||
+            strlen(hs.user) >= sizeof hosts[k].user || strlen(hs.host) >= sizeof hosts[k].name) {
+            if (err && !err->msg[0]) hvd_err_set(err, HVD_E_INVALID, "host name too long");
+            hvd_err_prefix(err, "--ssh-hosts: ");
+            free(hosts);
+            return -1;
         }
-        char *host = e, *slots = NULL;
-        if (*e == '[') { /* [IPv6]:slots */
-            char *close = strchr(e, ']');
-            if (!close || (close[1] && close[1] != ':')) goto bad;
-            *close = '\0';
-            host = e + 1;
-            slots = close[1] == ':' ? close + 2 : NULL;
-        } else {
-            char *colon = strrchr(e, ':');
-            if (colon && strchr(e, ':') == colon) { /* one ':' only: host:slots */
-                *colon = '\0';
-                slots = colon + 1;
-            }
-        }
-        if (slots) {
-            char *end;
-            long v = strtol(slots, &end, 10);
-            if (end == slots || *end || v < 1 || v > 4096) goto bad;
-            h->slots = (int)v;
-        }
-        if (!*host || strlen(host) >= sizeof h->name || strpbrk(host, " \t\n'\"\\$`;&|<>"))
-            goto bad;
-        snprintf(h->name, sizeof h->name, "%s", host);
+        snprintf(hosts[k].user, sizeof hosts[k].user, "%s", hs.user);
+        snprintf(hosts[k].name, sizeof hosts[k].name, "%s", hs.host);
+        hosts[k].slots = hs.number > 0 ? (int)hs.number : 1;
         k++;
-        continue;
-    bad:
-        hvd_err_set(err, HVD_E_INVALID,
-                    "bad --ssh-hosts entry '%s': use [user@]host[:slots] (slots 1-4096), "
-                    "separated by commas",
-                    entry);
-        free(copy);
-        free(hosts);
-        return -1;
+        e += len;
     }
-    free(copy);
     if (k == 0) {
         free(hosts);
         return hvd_err_set(err, HVD_E_INVALID, "--ssh-hosts names no host");
@@ -359,7 +317,8 @@ static void *session_main(void *arg) {
     opt.interrupt_grace_ms = SSH_STOP_GRACE_MS;
     int code = HVD_SSH_EXIT_FAILURE;
     hvd_err err = {0};
-    int rc = hvd_ssh_run(&opt, h->command, STDOUT_FILENO, STDERR_FILENO, intr_pipe[0], &code, &err);
+    int rc =
+        hvd_ssh_run(&opt, h->command, STDOUT_FILENO, STDERR_FILENO, st->intr_pipe[0], &code, &err);
 
     pthread_mutex_lock(&st->mu);
     h->rc = rc;
@@ -374,7 +333,7 @@ static void *session_main(void *arg) {
     /* An end before ssh_tasks_stop: fatal while the job starts (the reason goes to
      * hvd_driver_wait_registration), harmless once the tasks ran their part. */
     char why[HVD_ERR_MAX + 300];
-    int sig = __atomic_load_n(&got_signal, __ATOMIC_SEQ_CST);
+    int sig = hvd_signals_first();
     int last = h->first_task + h->ntasks - 1;
     if (sig)
         snprintf(why, sizeof why, "interrupted by %s",
@@ -432,42 +391,46 @@ static int start_thread(pthread_t *t, void *(*fn)(void *), ssh_host *h) {
     return rc;
 }
 
-static void install_signals(ssh_tasks *st) {
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, &st->old_int);
-    sigaction(SIGTERM, &sa, &st->old_term);
-    sigaction(SIGHUP, &sa, &st->old_hup);
-    struct sigaction ign = {.sa_handler = SIG_IGN};
-    sigemptyset(&ign.sa_mask);
-    sigaction(SIGPIPE, &ign, &st->old_pipe); /* hvd_ssh_run's writes may hit closed pipes */
+void ssh_tasks_interrupt(ssh_tasks *st) {
+    (void)!write(st->intr_pipe[1], "x", 1);
 }
 
 static void free_tasks(ssh_tasks *st) {
     for (size_t i = 0; i < st->nhosts; i++)
         free(st->hosts[i].command);
     free(st->hosts);
+    hvd_close_fd(&st->intr_pipe[0]);
+    hvd_close_fd(&st->intr_pipe[1]);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     memset(st->secret_line, 0, sizeof st->secret_line);
     free(st);
 }
 
-ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, const char *driver_addrs,
+/* The value of NAME in a "NAME=VALUE" vector, or NULL. */
+static const char *job_var(char *const *env, const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; env && env[i]; i++)
+        if (!strncmp(env[i], name, n) && env[i][n] == '=') return env[i] + n + 1;
+    return NULL;
+}
+
+ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job_env,
                            hvd_err *err) {
-    const char *secret = getenv(HVD_SECRET_ENV);
-    if (!secret || !*secret || strlen(secret) > 60) {
-        hvd_err_set(err, HVD_E_INTERNAL, "no job secret in %s", HVD_SECRET_ENV);
-        return NULL;
-    }
-    if (intr_pipe[0] < 0 && pipe2(intr_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        hvd_err_set(err, HVD_E_IO, "pipe: %s", strerror(errno));
+    const char *secret = job_var(job_env, HVD_SECRET_ENV);
+    const char *driver_addrs = job_var(job_env, HVD_DRIVER_ADDRS_ENV);
+    if (!secret || !*secret || strlen(secret) > 60 || !driver_addrs) {
+        hvd_err_set(err, HVD_E_INTERNAL, "no job secret or driver addresses to pass on");
         return NULL;
     }
     ssh_tasks *st = calloc(1, sizeof *st);
     if (!st) {
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
+    }
+    if (pipe2(st->intr_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        hvd_err_set(err, HVD_E_IO, "pipe: %s", strerror(errno));
+        free(st);
         return NULL;
     }
     pthread_mutex_init(&st->mu, NULL);
@@ -502,7 +465,6 @@ ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, const char *driv
             return NULL;
         }
     }
-    install_signals(st);
     for (size_t i = 0; i < st->nhosts; i++) {
         ssh_host *h = &st->hosts[i];
         if (h->ntasks == 0) continue;
@@ -539,7 +501,7 @@ void ssh_tasks_stop(ssh_tasks *st, int grace_ms) {
     }
     pthread_mutex_lock(&st->mu);
     st->stopping = true;
-    while (st->running > 0 && !__atomic_load_n(&got_signal, __ATOMIC_SEQ_CST) &&
+    while (st->running > 0 && !hvd_signals_first() &&
            pthread_cond_timedwait(&st->cv, &st->mu, &until) != ETIMEDOUT) {
     }
     int left = st->running;
@@ -548,7 +510,7 @@ void ssh_tasks_stop(ssh_tasks *st, int grace_ms) {
         if (st->o->verbose)
             fprintf(stderr, "hvd-driver: %d ssh session%s still running; ending them\n", left,
                     left == 1 ? "" : "s");
-        (void)!write(intr_pipe[1], "x", 1);
+        ssh_tasks_interrupt(st);
     }
     for (size_t i = 0; i < st->nhosts; i++) {
         ssh_host *h = &st->hosts[i];
@@ -556,8 +518,7 @@ void ssh_tasks_stop(ssh_tasks *st, int grace_ms) {
         pthread_join(h->thread, NULL);
         /* A host still setting up its session when the job ended (waiting for another host
          * that failed, or too slow for --start-timeout): say where it was. */
-        if (h->rc != 0 && !h->started && !h->reported &&
-            !__atomic_load_n(&got_signal, __ATOMIC_SEQ_CST))
+        if (h->rc != 0 && !h->started && !h->reported && !hvd_signals_first())
             fprintf(stderr, "hvd-driver: ssh host %s had not started its tasks: %s\n", h->name,
                     h->err.msg);
     }
@@ -571,28 +532,5 @@ void ssh_tasks_stop(ssh_tasks *st, int grace_ms) {
     for (size_t i = 0; i < st->nhosts; i++)
         if (st->hosts[i].has_thread) pthread_join(st->hosts[i].thread, NULL);
 
-    sigaction(SIGINT, &st->old_int, NULL);
-    sigaction(SIGTERM, &st->old_term, NULL);
-    sigaction(SIGHUP, &st->old_hup, NULL);
-    sigaction(SIGPIPE, &st->old_pipe, NULL);
     free_tasks(st);
-}
-
-int ssh_tasks_fix_argv(const launch_opts *o, char **mpi_argv, hvd_err *err) {
-    if (!o->ssh_bin_dir) return 0;
-    size_t n = 0;
-    while (mpi_argv[n])
-        n++;
-    const char *tail = "/hvd-exec";
-    size_t tl = strlen(tail);
-    if (n == 0 || strlen(mpi_argv[n - 1]) < tl ||
-        strcmp(mpi_argv[n - 1] + strlen(mpi_argv[n - 1]) - tl, tail) != 0)
-        return hvd_err_set(err, HVD_E_INTERNAL, "the mpirun command does not end with hvd-exec");
-    size_t len = strlen(o->ssh_bin_dir) + tl + 1;
-    char *p = malloc(len);
-    if (!p) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    snprintf(p, len, "%s%s", o->ssh_bin_dir, tail);
-    free(mpi_argv[n - 1]);
-    mpi_argv[n - 1] = p;
-    return 0;
 }

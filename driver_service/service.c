@@ -6,7 +6,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
 #include "common/loop.h"
+#include "common/strv.h"
 #include "driver_internal.h"
 
 /* Largest number of tasks a driver accepts (tables are sized by it up front). */
@@ -17,7 +20,7 @@ static void driver_free(hvd_driver *d) {
     /* Nothing can be held any more: stop cancelled what was left. */
     drv_reg_free(&d->reg);
     hvd_msg_free(&hvd_code_desc, &d->code);
-    drv_strv_free(d->nics);
+    hvd_strv_free(d->nics);
     free(d->bind_host);
     hvd_secret_wipe(&d->secret);
     pthread_cond_destroy(&d->cv);
@@ -64,13 +67,14 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
     d->secret = cfg->secret;
     d->log = cfg->log;
     d->log_user = cfg->log_user;
-    d->net_timeout_ms = cfg->net_timeout_ms > 0 ? cfg->net_timeout_ms : HVD_NET_TIMEOUT_DEFAULT_MS;
+    d->net_timeout_ms =
+        cfg->net_timeout_ms > 0 ? cfg->net_timeout_ms : HVD_NET_TIMEOUT_DEFAULT_S * 1000;
     bool oom = drv_reg_init(&d->reg, cfg->num_tasks) != 0;
     if (cfg->code) {
         d->has_code = true;
         oom |= drv_msg_clone(&hvd_code_desc, cfg->code, &d->code) != 0;
     }
-    if (cfg->nics) oom |= !(d->nics = drv_strv_copy(cfg->nics));
+    if (cfg->nics) oom |= !(d->nics = hvd_strv_copy(cfg->nics));
     if (cfg->bind_host) oom |= !(d->bind_host = strdup(cfg->bind_host));
     if (oom) {
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory starting the driver");
@@ -130,6 +134,25 @@ int hvd_driver_addrs(hvd_driver *d, hvd_addr **out, size_t *n, hvd_err *err) {
     return 0;
 }
 
+char **hvd_driver_job_env(hvd_driver *d, hvd_err *err) {
+    hvd_addr *addrs;
+    size_t n;
+    if (hvd_driver_addrs(d, &addrs, &n, err) != 0) return NULL;
+    char *text = hvd_addrs_format(addrs, n);
+    free(addrs);
+    char b64[45];
+    hvd_secret_to_base64(&d->secret, b64);
+    hvd_strb b = {0};
+    hvd_strb_addf(&b, "%s=%s", HVD_SECRET_ENV, b64);
+    if (text) hvd_strb_addf(&b, "%s=%s", HVD_DRIVER_ADDRS_ENV, text);
+    OPENSSL_cleanse(b64, sizeof b64);
+    free(text);
+    char **env = text ? hvd_strb_finish(&b) : NULL;
+    if (!text) hvd_strb_free(&b);
+    if (!env) hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    return env;
+}
+
 /* Missing indices as "3-7,9" into buf. d->mu held. */
 static void missing_tasks(hvd_driver *d, char *buf, size_t len) {
     uint32_t *v = malloc(d->num_tasks * sizeof *v);
@@ -145,7 +168,7 @@ static void missing_tasks(hvd_driver *d, char *buf, size_t len) {
 }
 
 int hvd_driver_wait_registration(hvd_driver *d, int timeout_ms, hvd_err *err) {
-    int64_t start = drv_now_ms();
+    int64_t start = hvd_now_ms();
     int64_t deadline = timeout_ms < 0 ? -1 : start + timeout_ms;
     int64_t last_log = 0;
     uint32_t logged = UINT32_MAX;
@@ -153,9 +176,9 @@ int hvd_driver_wait_registration(hvd_driver *d, int timeout_ms, hvd_err *err) {
     for (;;) {
         uint32_t k = d->reg.nregistered;
         /* Progress: every change, at most once a second, and always the final count. */
-        if (k != logged && (k == d->num_tasks || drv_now_ms() - last_log >= 1000)) {
+        if (k != logged && (k == d->num_tasks || hvd_now_ms() - last_log >= 1000)) {
             logged = k;
-            last_log = drv_now_ms();
+            last_log = hvd_now_ms();
             pthread_mutex_unlock(&d->mu);
             drv_log(d, "%u/%u tasks registered", k, d->num_tasks);
             pthread_mutex_lock(&d->mu);
@@ -179,7 +202,7 @@ int hvd_driver_wait_registration(hvd_driver *d, int timeout_ms, hvd_err *err) {
                         "timed out after %lld ms waiting for tasks to register: %u of %u "
                         "registered, missing task(s) %s: are the executors running hvd-task "
                         "with the right --driver address and secret?",
-                        (long long)(drv_now_ms() - start), k, d->num_tasks, missing);
+                        (long long)(hvd_now_ms() - start), k, d->num_tasks, missing);
             pthread_mutex_unlock(&d->mu);
             return -1;
         }

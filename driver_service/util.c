@@ -1,4 +1,4 @@
-/* Small helpers of libhvd_driver: log lines, deep copies of messages, index ranges, clocks. */
+/* Small helpers of libhvd_driver: log lines, deep copies of messages, index ranges, waits. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,30 +16,6 @@ void drv_log(hvd_driver *d, const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     d->log(d->log_user, line);
-}
-
-char **drv_strv_new(size_t n) {
-    return calloc(n + 1, sizeof(char *));
-}
-
-char **drv_strv_copy(const char *const *v) {
-    size_t n = 0;
-    while (v[n])
-        n++;
-    char **c = drv_strv_new(n);
-    for (size_t i = 0; c && i < n; i++) {
-        if (!(c[i] = strdup(v[i]))) {
-            drv_strv_free(c);
-            return NULL;
-        }
-    }
-    return c;
-}
-
-void drv_strv_free(char **v) {
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
 }
 
 int drv_msg_clone(const hvd_msg_desc *desc, const void *src, void *dst) {
@@ -88,19 +64,13 @@ void drv_format_ranges(const uint32_t *v, size_t n, char *buf, size_t len) {
     }
 }
 
-int64_t drv_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 bool drv_cond_wait(hvd_driver *d, int64_t deadline_ms) {
     if (deadline_ms < 0) {
         pthread_cond_wait(&d->cv, &d->mu);
         return true;
     }
-    if (drv_now_ms() >= deadline_ms) return false;
+    if (hvd_now_ms() >= deadline_ms) return false;
     struct timespec ts = {.tv_sec = deadline_ms / 1000, .tv_nsec = (deadline_ms % 1000) * 1000000};
     int rc = pthread_cond_timedwait(&d->cv, &d->mu, &ts);
-    return rc != ETIMEDOUT || drv_now_ms() < deadline_ms;
+    return rc != ETIMEDOUT || hvd_now_ms() < deadline_ms;
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hvd/defaults.h"
 #include "hvd/error.h"
 #include "hvd/net.h"
 #include "hvd/proto.h"
@@ -34,11 +35,8 @@ typedef struct hvd_driver_config {
     void *log_user;
     int net_timeout_ms; /* a task service whose connection hears nothing for about this long
                            (TCP keepalive and TCP_USER_TIMEOUT) counts as lost, e.g. behind a
-                           network partition; <= 0: HVD_NET_TIMEOUT_DEFAULT_MS */
+                           network partition; <= 0: HVD_NET_TIMEOUT_DEFAULT_S */
 } hvd_driver_config;
-
-/* The default of net_timeout_ms (hvd_task_config has the same for the task's side). */
-#define HVD_NET_TIMEOUT_DEFAULT_MS 15000
 
 /* Starts the driver service. Returns NULL with err. */
 hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err);
@@ -46,6 +44,12 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err);
 /* The addresses tasks and agents can reach the driver at (malloc'd array): every interface's,
  * or only bind_host's when one was given. Returns 0, or -1. */
 int hvd_driver_addrs(hvd_driver *d, hvd_addr **out, size_t *n, hvd_err *err);
+
+/* The environment a process of the job needs to reach the driver: "HVD_SECRET=<base64>" and
+ * "HVD_DRIVER_ADDRS=<addresses>" (mpirun passes them on to hvd-rsh; never put them on a
+ * command line). NULL-terminated and malloc'd: wipe and free each string, then the array.
+ * NULL with err. */
+char **hvd_driver_job_env(hvd_driver *d, hvd_err *err);
 
 /* Waits until all N tasks registered, logging "k/N tasks registered" as they come (at most
  * once a second, and always the final count). timeout_ms < 0 waits without limit. On timeout

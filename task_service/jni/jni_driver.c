@@ -206,8 +206,10 @@ JNIEXPORT jbyteArray JNICALL Java_org_hvdbridge_DriverService_nativeHostList(JNI
     return out;
 }
 
-static bool stopped(const jni_driver *jd) {
-    return __atomic_load_n(&jd->stop, __ATOMIC_ACQUIRE) != 0;
+/* Threads of the native libraries never call into the JVM: the launch's lines go to stderr. */
+static void log_stderr(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "hvd-driver: %s\n", line);
 }
 
 JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
@@ -220,10 +222,8 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
         jni_throw(env, jni_classes.illegal_argument, "bad timeout");
         return NULL;
     }
-    char *bin = NULL, **args = NULL, **user_env = NULL, **envv = NULL, **ifaces = NULL;
-    char **mpi = NULL;
+    char *bin = NULL, **args = NULL, **user_env = NULL;
     size_t nargs = 0, nenv = 0;
-    char secret_var[64] = "", *addrs_var = NULL;
     jintArray out = NULL;
     hvd_err err = {0};
     if (jni_text(env, bin_dir, false, "the bin dir", &bin) != 0 ||
@@ -237,66 +237,28 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
             goto out;
         }
     }
-    /* The steps of hvd-driver run (launcher_main.c). */
-    if (hvd_driver_wait_registration(jd->d, start_timeout_ms, &err) != 0 ||
-        hvd_driver_common_interfaces(jd->d, start_timeout_ms, &ifaces, &err) != 0) {
-        jni_throw_err(env, &err);
-        goto out;
-    }
-    /* mpirun and hvd-rsh find the secret and the driver in their environment, never on a
-     * command line; setenv is not safe in a JVM, so they go through extra_env. */
-    char b64[45];
-    hvd_secret_to_base64(&jd->secret, b64);
-    snprintf(secret_var, sizeof secret_var, "%s=%s", HVD_SECRET_ENV, b64);
-    memset(b64, 0, sizeof b64);
-    size_t alen = strlen(HVD_DRIVER_ADDRS_ENV) + strlen(jd->addrs) + 2;
-    if (!(addrs_var = malloc(alen)) || !(envv = calloc(nenv + 3, sizeof *envv))) {
-        jni_throw_oom(env, "mpirun's environment");
-        goto out;
-    }
-    snprintf(addrs_var, alen, "%s=%s", HVD_DRIVER_ADDRS_ENV, jd->addrs);
-    /* getenv() takes the first of duplicate entries: ours come first, so a user entry
-     * cannot replace the job's secret or the driver's addresses. */
-    envv[0] = secret_var;
-    envv[1] = addrs_var;
-    for (size_t i = 0; i < nenv; i++)
-        envv[i + 2] = user_env[i];
+    /* The secret and the driver's addresses reach mpirun and hvd-rsh through the
+     * environment hvd_launch_job builds (never setenv in a JVM, never a command line). */
     hvd_launch_config lc = {.np = (int)jd->num_tasks,
                             .bin_dir = bin,
                             .mpi_args = (const char *const *)args,
+                            .extra_env = (const char *const *)user_env,
                             .timeout_s = timeout_s,
-                            .verbose = verbose,
-                            .forward_signals = false,
-                            .extra_env = (const char *const *)envv,
-                            .stop = &jd->stop};
-    mpi = hvd_launch_argv(jd->d, &lc, ifaces, &err);
-    if (!mpi) {
+                            .start_timeout_ms = start_timeout_ms,
+                            .stop = &jd->stop,
+                            .log = verbose ? log_stderr : NULL};
+    hvd_launch_outcome o;
+    if (hvd_launch_job(jd->d, &lc, &o, &err) != 0) {
         jni_throw_err(env, &err);
         goto out;
     }
-    if (stopped(jd)) {
-        jni_throw_hvd(env, HVD_E_STATE, "the job was aborted before mpirun started");
-        goto out;
-    }
-    bool timed_out = false;
-    int status = hvd_launch_run(mpi, &lc, &timed_out, &err);
-    if (status < 0) {
-        hvd_err_prefix(&err, "cannot run mpirun: ");
-        jni_throw_err(env, &err);
-        goto out;
-    }
-    jint st[2] = {status, timed_out ? 1 : 0};
+    jint st[2] = {o.status, o.timed_out ? 1 : 0};
     out = (*env)->NewIntArray(env, 2);
     if (out) (*env)->SetIntArrayRegion(env, out, 0, 2, st);
 out:
-    memset(secret_var, 0, sizeof secret_var);
     free(bin);
     jni_textv_free(args);
     jni_textv_free(user_env);
-    free(envv);
-    free(addrs_var);
-    free_strv(ifaces);
-    hvd_launch_free_argv(mpi);
     return out;
 }
 

@@ -1,0 +1,287 @@
+/* hvd-driver's command line: getopt_long_only (so -np works as well as --np), numbers
+ * validated, defaults from include/hvd/defaults.h. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/num.h"
+#include "launcher.h"
+
+static const char USAGE[] =
+    "usage: hvd-driver run -np N [--local H | --ssh-hosts H:S,...] [options]\n"
+    "                      (--entry LIB.so:SYMBOL [--entry-arg S] | -- COMMAND [ARGS...])\n"
+    "       hvd-driver serve -np N --env-file FILE [options] (--entry ... | -- COMMAND ...)\n"
+    "\n"
+    "Runs an MPI job whose ranks live inside task services (executors), through mpirun and\n"
+    "hvd-rsh instead of ssh.\n"
+    "\n"
+    "run: starts the driver service, waits for N task services to register, has them probe\n"
+    "  each other for the network interfaces they share, runs\n"
+    "    mpirun -H <host hash>:<slots>,... -mca plm_rsh_agent hvd-rsh ... hvd-exec\n"
+    "  and waits for it. Each rank (hvd-exec) runs the entry point; its output reaches this\n"
+    "  terminal with mpirun's [job,rank] prefix. At the end a table gives each rank's task,\n"
+    "  host hash, status and error text.\n"
+    "  With --local H the N task services are started here, on H fake hosts (the embedded\n"
+    "  default for trying things out); without it, hvd-driver prints how to start them\n"
+    "  elsewhere and waits.\n"
+    "  With --ssh-hosts the task services are started over ssh on plain hosts (no Spark):\n"
+    "  one hvd-task per slot, numbered host by host in the order given, stopped at the end.\n"
+    "serve: starts the driver service, waits for the N tasks, and writes FILE for the shell:\n"
+    "  HVD_DRIVER_ADDRS, HVD_SECRET_FILE, HVD_HOSTS (the -H list), HVD_IFACES, HVD_RSH,\n"
+    "  HVD_EXEC, HVD_NP and HVD_MPIRUN_ARGS, so that you can type your own\n"
+    "    . FILE; mpirun -np $HVD_NP -H \"$HVD_HOSTS\" -mca plm_rsh_agent \"$HVD_RSH\" \\\n"
+    "        $HVD_MPIRUN_ARGS -mca btl_tcp_if_include \"$HVD_IFACES\" ... \"$HVD_EXEC\"\n"
+    "  It exits once every rank reported a result (printing the table), or on Ctrl-C.\n"
+    "\n"
+    "Options:\n"
+    "  -np N               number of tasks, and of ranks (one rank per task); with\n"
+    "                      --ssh-hosts, the number of slots by default\n"
+    "  --local H           start the N task services on this machine, on H fake hosts\n"
+    "  --ssh-hosts LIST    start the task services over ssh: LIST is [user@]host[:slots],...\n"
+    "                      (slots default 1; N must not exceed their sum). The secret goes\n"
+    "                      through each session's stdin, never on a command line\n"
+    "  --ssh-port P        ssh port (default 22)\n"
+    "  --ssh-user U        login name (default: yours; user@host in LIST wins)\n"
+    "  --ssh-identity F    private key file, tried after ssh-agent's keys (default\n"
+    "                      ~/.ssh/id_ed25519, id_ecdsa, id_rsa)\n"
+    "  --ssh-known-hosts F known_hosts file (default ~/.ssh/known_hosts, and\n"
+    "                      /etc/ssh/ssh_known_hosts); host keys are always checked\n"
+    "  --ssh-accept-new    add unknown host keys to it (a changed key is still refused)\n"
+    "  --ssh-bin-dir DIR   where hvd-task and hvd-exec are on the hosts (default: the\n"
+    "                      directory of this hvd-driver)\n"
+    "  --ssh-fake-hosts    for tests: the hosts are all this machine (loopback addresses);\n"
+    "                      give each its own host hash and Open MPI shared-memory directory\n"
+    "  --entry LIB.so:SYM  entry point: a shared object shipped to the ranks as bytes, SYM an\n"
+    "                      hvd_entry_fn (include/hvd/entry.h)\n"
+    "  --entry-arg STR     argument bytes for the shared-object entry point\n"
+    "  -- COMMAND ARGS     entry point: a program each rank runs (found in PATH)\n"
+    "  --timeout S         stop the job after S seconds (default: none)\n"
+    "  --start-timeout S   time for tasks to register and for commands to start (default 120)\n"
+    "  --net-timeout S     a task service the driver hears nothing from for about S seconds\n"
+    "                      (TCP keepalive) is lost, e.g. behind a network partition: the job\n"
+    "                      stops, naming it; tasks end their command when they lose the\n"
+    "                      driver that long (default 15, or HVD_NET_TIMEOUT; local and ssh\n"
+    "                      tasks get it, start other tasks with --net-timeout S as well)\n"
+    "  --nics a,b          use these interfaces; skip probing\n"
+    "  --mpi-arg ARG       pass ARG to mpirun (repeat for several words)\n"
+    "  --results-json FILE write every rank's result as JSON\n"
+    "  --verbose           print the mpirun command and progress\n"
+    "  --help              this text\n"
+    "\n"
+    "Environment: the job secret is created here and passed only in the environment\n"
+    "(HVD_SECRET) and in a 0600 file; it never appears on a command line.\n"
+    "  HVD_BIN_DIR       where hvd-rsh, hvd-exec and hvd-task are (default: the directory of\n"
+    "                    this hvd-driver)\n"
+    "  HVD_NET_TIMEOUT   the default of --net-timeout, in seconds\n"
+    "\n"
+    "Exit status: 0 if every rank succeeded; else the first failed rank's status (or 1), with\n"
+    "a line naming that rank, its task, its host and its error text.\n"
+    "\n"
+    "Example:\n"
+    "  hvd-driver run -np 4 --local 2 -- hostname\n"
+    "  hvd-driver run -np 4 --ssh-hosts node1:2,node2:2 --entry ./train.so:train\n";
+
+enum {
+    OPT_NP = 1000,
+    OPT_LOCAL,
+    OPT_TIMEOUT,
+    OPT_START_TIMEOUT,
+    OPT_NET_TIMEOUT,
+    OPT_RESULTS_JSON,
+    OPT_ENV_FILE,
+    OPT_MPI_ARG,
+    OPT_NICS,
+    OPT_ENTRY,
+    OPT_ENTRY_ARG,
+    OPT_SSH_HOSTS,
+    OPT_SSH_PORT,
+    OPT_SSH_USER,
+    OPT_SSH_IDENTITY,
+    OPT_SSH_KNOWN_HOSTS,
+    OPT_SSH_ACCEPT_NEW,
+    OPT_SSH_BIN_DIR,
+    OPT_SSH_FAKE_HOSTS,
+    OPT_VERBOSE,
+    OPT_HELP,
+};
+
+static const struct option LONG_OPTS[] = {
+    {"np", required_argument, NULL, OPT_NP},
+    {"local", required_argument, NULL, OPT_LOCAL},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"start-timeout", required_argument, NULL, OPT_START_TIMEOUT},
+    {"net-timeout", required_argument, NULL, OPT_NET_TIMEOUT},
+    {"results-json", required_argument, NULL, OPT_RESULTS_JSON},
+    {"env-file", required_argument, NULL, OPT_ENV_FILE},
+    {"mpi-arg", required_argument, NULL, OPT_MPI_ARG},
+    {"nics", required_argument, NULL, OPT_NICS},
+    {"entry", required_argument, NULL, OPT_ENTRY},
+    {"entry-arg", required_argument, NULL, OPT_ENTRY_ARG},
+    {"ssh-hosts", required_argument, NULL, OPT_SSH_HOSTS},
+    {"ssh-port", required_argument, NULL, OPT_SSH_PORT},
+    {"ssh-user", required_argument, NULL, OPT_SSH_USER},
+    {"ssh-identity", required_argument, NULL, OPT_SSH_IDENTITY},
+    {"ssh-known-hosts", required_argument, NULL, OPT_SSH_KNOWN_HOSTS},
+    {"ssh-accept-new", no_argument, NULL, OPT_SSH_ACCEPT_NEW},
+    {"ssh-bin-dir", required_argument, NULL, OPT_SSH_BIN_DIR},
+    {"ssh-fake-hosts", no_argument, NULL, OPT_SSH_FAKE_HOSTS},
+    {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static int usage_error(const char *what) {
+    fprintf(stderr, "hvd-driver: %s (see hvd-driver --help)\n", what);
+    return 2;
+}
+
+/* A number option: validated, or a usage error naming it. */
+static int number(const char *opt, const char *text, int min, int max, int *out) {
+    hvd_err err;
+    return hvd_parse_int(text, min, max, opt, out, &err) == 0 ? 0 : usage_error(err.msg);
+}
+
+/* One option. Returns 0, or the exit status. */
+static int take(int c, const char *v, launch_opts *o) {
+    switch (c) {
+    case OPT_NP:
+        return number("-np", v, 1, 1 << 20, &o->np);
+    case OPT_LOCAL:
+        return number("--local", v, 1, 1 << 20, &o->local_hosts);
+    case OPT_TIMEOUT:
+        return number("--timeout", v, 0, 1 << 30, &o->timeout_s);
+    case OPT_START_TIMEOUT:
+        return number("--start-timeout", v, 1, 1 << 30, &o->start_timeout_s);
+    case OPT_NET_TIMEOUT:
+        return number("--net-timeout", v, 1, HVD_NET_TIMEOUT_MAX_S, &o->net_timeout_s);
+    case OPT_SSH_PORT:
+        return number("--ssh-port", v, 1, 65535, &o->ssh_port);
+    case OPT_MPI_ARG:
+        o->mpi_args[o->n_mpi_args++] = v;
+        return 0;
+    case OPT_RESULTS_JSON:
+        o->results_json = v;
+        return 0;
+    case OPT_ENV_FILE:
+        o->env_file = v;
+        return 0;
+    case OPT_NICS:
+        o->nics = v;
+        return 0;
+    case OPT_ENTRY:
+        o->entry = v;
+        return 0;
+    case OPT_ENTRY_ARG:
+        o->entry_arg = v;
+        return 0;
+    case OPT_SSH_HOSTS:
+        o->ssh_hosts = v;
+        return 0;
+    case OPT_SSH_USER:
+        o->ssh_user = v;
+        return 0;
+    case OPT_SSH_IDENTITY:
+        o->ssh_identity = v;
+        return 0;
+    case OPT_SSH_KNOWN_HOSTS:
+        o->ssh_known_hosts = v;
+        return 0;
+    case OPT_SSH_BIN_DIR:
+        o->ssh_bin_dir = v;
+        return 0;
+    case OPT_SSH_ACCEPT_NEW:
+        o->ssh_accept_new = true;
+        return 0;
+    case OPT_SSH_FAKE_HOSTS:
+        o->ssh_fake_hosts = true;
+        return 0;
+    case OPT_VERBOSE:
+        o->verbose = true;
+        return 0;
+    default:
+        return 2; /* getopt printed what was wrong */
+    }
+}
+
+/* The combinations that make no sense. Returns 0, or the exit status. */
+static int check(launch_opts *o) {
+    if (o->ssh_hosts) {
+        hvd_err err;
+        if (ssh_hosts_check(o, &err) != 0) return usage_error(err.msg);
+    }
+    if (o->np < 1) return usage_error("-np N is required");
+    if (o->local_hosts > o->np) return usage_error("--local H must be between 1 and N");
+    if (!o->entry == !o->command)
+        return usage_error("give either --entry LIB.so:SYMBOL or -- COMMAND");
+    if (o->entry_arg && !o->entry) return usage_error("--entry-arg goes with --entry");
+    if (o->serve && !o->env_file) return usage_error("serve needs --env-file FILE");
+    if (o->serve && o->local_hosts) return usage_error("serve does not start local tasks");
+    if (o->ssh_hosts && o->local_hosts)
+        return usage_error("--local and --ssh-hosts exclude each other");
+    if (!o->ssh_hosts && (o->ssh_port || o->ssh_user || o->ssh_identity || o->ssh_known_hosts ||
+                          o->ssh_accept_new || o->ssh_bin_dir || o->ssh_fake_hosts))
+        return usage_error("the --ssh-* options go with --ssh-hosts");
+    return 0;
+}
+
+/* The defaults, the network timeout from the environment first. */
+static int defaults(launch_opts *o) {
+    o->start_timeout_s = HVD_START_TIMEOUT_DEFAULT_S;
+    o->net_timeout_s = HVD_NET_TIMEOUT_DEFAULT_S;
+    const char *nt = getenv(HVD_NET_TIMEOUT_ENV);
+    if (nt && *nt)
+        return number(HVD_NET_TIMEOUT_ENV, nt, 1, HVD_NET_TIMEOUT_MAX_S, &o->net_timeout_s);
+    return 0;
+}
+
+int launch_opts_parse(int argc, char **argv, launch_opts *o) {
+    memset(o, 0, sizeof *o);
+    if (argc < 2) return usage_error("missing the subcommand: run or serve");
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "-help")) {
+        fputs(USAGE, stdout);
+        return -1;
+    }
+    if (!strcmp(argv[1], "serve"))
+        o->serve = true;
+    else if (strcmp(argv[1], "run") != 0)
+        return usage_error("the subcommand must be run or serve");
+    o->mpi_args = calloc((size_t)argc, sizeof *o->mpi_args);
+    if (!o->mpi_args) return usage_error("out of memory");
+    int rc = defaults(o);
+    /* After the subcommand; '+': stop at the first word that is no option (the command). */
+    optind = 2;
+    opterr = 0;
+    int c;
+    while (rc == 0 && (c = getopt_long_only(argc, argv, "+:", LONG_OPTS, NULL)) != -1) {
+        if (c == OPT_HELP) {
+            fputs(USAGE, stdout);
+            return -1;
+        }
+        if (c == ':') {
+            fprintf(stderr, "hvd-driver: %s needs a value (see hvd-driver --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+        if (c == '?') {
+            fprintf(stderr, "hvd-driver: unknown option %s (see hvd-driver --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+        rc = take(c, optarg, o);
+    }
+    if (rc != 0) return rc;
+    if (optind < argc) {
+        if (strcmp(argv[optind - 1], "--") != 0)
+            return usage_error("unexpected argument before the command: put -- before it");
+        o->command = &argv[optind];
+    } else if (optind > 2 && !strcmp(argv[optind - 1], "--")) {
+        return usage_error("-- must be followed by a command");
+    }
+    return check(o);
+}
+
+void launch_opts_free(launch_opts *o) {
+    free(o->mpi_args);
+    o->mpi_args = NULL;
+}

@@ -1,0 +1,32 @@
+/* The defaults and environment variables shared by the programs and libraries of hvd-bridge.
+ * One name per setting, from the command line to the socket: --net-timeout on the command
+ * lines, HVD_NET_TIMEOUT in the environment, net_timeout_ms in every config struct. */
+#ifndef HVD_DEFAULTS_H
+#define HVD_DEFAULTS_H
+
+/* How long a peer may stay silent before its connection counts as lost (TCP keepalive and
+ * TCP_USER_TIMEOUT): a task service cut off from the driver, say by a network partition.
+ * --net-timeout S, HVD_NET_TIMEOUT=S, net_timeout_ms. */
+#define HVD_NET_TIMEOUT_ENV       "HVD_NET_TIMEOUT"
+#define HVD_NET_TIMEOUT_DEFAULT_S 15
+#define HVD_NET_TIMEOUT_MAX_S     3600
+
+/* The driver's budget for the tasks to register and to probe each other (--start-timeout). */
+#define HVD_START_TIMEOUT_DEFAULT_S 120
+/* A task service's budget for each step of its start (registering, the driver's notice, the
+ * command's arrival: hvd-task --start-timeout). Longer than the driver's: executors may
+ * start well before the driver has everyone. */
+#define HVD_TASK_START_TIMEOUT_DEFAULT_S 600
+
+/* Abort: SIGTERM, then SIGKILL after this grace period (hvd-task --grace). */
+#define HVD_GRACE_DEFAULT_MS 5000
+/* How long a task service still answers exit-code requests after its command ended, unless
+ * the driver ends the job first (hvd-task --min-lifetime). */
+#define HVD_MIN_LIFETIME_DEFAULT_MS 3000
+/* A stopped job's mpirun gets SIGTERM, and SIGKILL this much later. */
+#define HVD_MPIRUN_KILL_DELAY_MS 10000
+
+/* Where hvd-rsh, hvd-exec and hvd-task are (default: next to the running program). */
+#define HVD_BIN_DIR_ENV "HVD_BIN_DIR"
+
+#endif
