@@ -17,8 +17,10 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 sys.path.insert(0, os.path.join(REPO, "tests", "spark"))
-import test_spark  # noqa: E402  (find_spark_home, private_spark_home, marked)
+import hvdtest  # noqa: E402
+import test_spark  # noqa: E402  (find_spark_home, private_spark_home)
 
 TRIVIAL_ENTRY_C = r'''
 #include <stdio.h>
@@ -69,7 +71,7 @@ def main():
     home = test_spark.private_spark_home(spark_home, work)
     marker = "compare-" + uuid.uuid4().hex[:12]
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", HVD_BIN_DIR=os.path.abspath(a.bin),
-               PYSPARK_PYTHON=a.python, PYSPARK_DRIVER_PYTHON=a.python, HVD_TEST_MARKER=marker)
+               PYSPARK_PYTHON=a.python, PYSPARK_DRIVER_PYTHON=a.python, **{hvdtest.MARKER_VAR: marker})
     env.pop("PYTHONPATH", None)
     cmd = [os.path.join(home, "bin", "spark-submit"),
            "--master", "local-cluster[2,4,1024]",
@@ -89,17 +91,9 @@ def main():
     except subprocess.TimeoutExpired:
         print("spark_cluster: spark-submit ran past %d s" % a.timeout, file=sys.stderr)
     finally:
-        deadline = time.time() + 20
-        left = test_spark.marked(marker)
-        while left and time.time() < deadline:
-            time.sleep(0.5)
-            left = test_spark.marked(marker)
+        left = hvdtest.leftovers(marker, 20, var=hvdtest.MARKER_VAR)
         for p in left:
             print("spark_cluster: left running after the application: %s (killed)" % p, file=sys.stderr)
-            try:
-                os.kill(int(p.split(":")[0]), 9)
-            except OSError:
-                pass
         subprocess.run(["rm", "-rf", work])
     print("spark_cluster: spark-submit exited %d after %.0f s" % (rc, time.time() - t0), file=sys.stderr)
     return 0 if rc == 0 and not left else 1

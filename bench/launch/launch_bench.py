@@ -25,10 +25,8 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +34,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
+import hvdtest  # noqa: E402
 
 PASS_AGENT_C = r'''
 #include <stdio.h>
@@ -80,22 +80,6 @@ def loadavg():
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def port_open(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
-
-
 def kill_group(p):
     try:
         os.killpg(p.pid, signal.SIGKILL)
@@ -104,17 +88,14 @@ def kill_group(p):
 
 
 def timed(cmd, env, cwd, timeout):
-    """Runs cmd in its own process group; returns (seconds, rc, output tail)."""
+    """Runs cmd in its own process group; returns (seconds, rc, output tail), rc 124 when it
+    ran past timeout (its group is killed then)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(p)
-        out, _ = p.communicate()
-        return time.perf_counter() - t0, 124, out.decode(errors="replace")[-2000:]
-    return time.perf_counter() - t0, p.returncode, out.decode(errors="replace")[-2000:]
+        rc, out, _, dt = hvdtest.run(cmd, env, timeout, cwd, merge=True, new_session=True)
+    except subprocess.TimeoutExpired as e:
+        return time.perf_counter() - t0, 124, (e.stdout or b"").decode(errors="replace")[-2000:]
+    return dt, rc, out[-2000:]
 
 
 def hosts_arg(names, np_):
@@ -152,7 +133,7 @@ class Bench:
         script = os.path.join(REPO, "scripts", "sshd-test-env.sh")
         d = os.path.join(self.work, "sshd")
         os.mkdir(d)
-        port = free_port()
+        port = hvdtest.free_port()
         r = subprocess.run(["bash", script, "setup", d, "127.0.0.1", str(port)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         if r.returncode != 0:
@@ -164,7 +145,7 @@ class Bench:
         self.sshd = subprocess.Popen(["bash", script, "exec", d], stdin=subprocess.DEVNULL,
                                      stdout=self.sshd_log, stderr=subprocess.STDOUT)
         for _ in range(100):
-            if port_open(port):
+            if hvdtest.port_open("127.0.0.1", port):
                 break
             if self.sshd.poll() is not None:
                 log("ssh agent skipped: sshd exited (%s)" % os.path.join(d, "sshd.log"))
@@ -189,41 +170,19 @@ class Bench:
     # ---------- hvd-rsh: serve + tasks ----------
     def serve(self, h, names, d):
         env_file = os.path.join(d, "job.env")
-        srv = subprocess.Popen([os.path.join(self.bin, "hvd-driver"), "serve", "-np", str(h),
-                                "--env-file", env_file, "--", "/bin/true"],
-                               env=self.base_env, cwd=d, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
-        line = b""
-        while b"--index" not in line:
-            chunk = srv.stderr.readline()
-            if not chunk and srv.poll() is not None:
-                raise RuntimeError("hvd-driver serve exited early: %r" % line)
-            line += chunk
-        m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", line)
-        tenv = dict(self.base_env, HVD_SECRET_FILE=m.group(1).decode(), HVD_DRIVER_ADDRS=m.group(2).decode())
+        srv = hvdtest.start_driver(self.bin, ["serve", "-np", str(h), "--env-file", env_file, "--", "/bin/true"],
+                                   self.base_env, d, stdout=subprocess.DEVNULL, start_new_session=True)
+        tenv = dict(self.base_env, **hvdtest.task_hint(srv, "hvd-driver serve"))
         tasks = []
         for i, n in enumerate(names):
             t = os.path.join(d, "tmp", n)
             os.makedirs(t, exist_ok=True)
-            tasks.append(subprocess.Popen([os.path.join(self.bin, "hvd-task"), "--index", str(i),
-                                           "--start-timeout", "60"],
-                                          env=dict(tenv, HVD_HOST_HASH=n, TMPDIR=t), cwd=d,
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True))
-        deadline = time.time() + 60
-        while not os.path.exists(env_file):
-            if time.time() > deadline or srv.poll() is not None:
-                raise RuntimeError("no env file from hvd-driver serve")
-            time.sleep(0.02)
+            tasks.append(hvdtest.start_task(self.bin, i, dict(tenv, TMPDIR=t), n, cwd=d, start_new_session=True))
+        hvdtest.wait_for(lambda: os.path.exists(env_file) or srv.poll() is not None, 60, interval=0.02)
+        if not os.path.exists(env_file):
+            raise RuntimeError("no env file from hvd-driver serve")
         time.sleep(self.a.settle)  # let the services go idle before mpirun is timed
-        vals = {}
-        with open(env_file) as f:
-            for l in f:
-                m = re.match(r"export (\w+)='?([^']*)'?$", l.strip())
-                if m:
-                    vals[m.group(1)] = m.group(2)
-        return srv, tasks, vals
+        return srv, tasks, hvdtest.read_env_file(env_file)
 
     def stop_serve(self, srv, tasks):
         for p in [srv] + tasks:
@@ -397,13 +356,8 @@ class Bench:
                            "failures": {"%s/%s" % k: v for k, v in self.failures.items()}}, f, indent=1)
 
     def close(self):
-        if self.sshd and self.sshd.poll() is None:
-            self.sshd.terminate()
-            try:
-                self.sshd.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.sshd.kill()
-                self.sshd.wait()
+        if self.sshd:
+            hvdtest.stop(self.sshd, 5, signal.SIGTERM)
         shutil.rmtree(self.work, ignore_errors=True)
 
 

@@ -25,25 +25,23 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "ssh"))
+import hvdtest  # noqa: E402
 from fake_ssh_hosts import FakeSshHosts, SshdUnavailable  # noqa: E402
 
 
 def timed(cmd, env):
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, timeout=120)
-    dt = (time.perf_counter() - t0) * 1000.0
-    if p.returncode != 0:
-        raise SystemExit("failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stdout.decode(errors="replace")))
-    return dt
+    """Milliseconds cmd took; ends the script when it fails."""
+    rc, out, _, dt = hvdtest.run(cmd, env, timeout=120, merge=True)
+    if rc != 0:
+        raise SystemExit("failed (%d): %s\n%s" % (rc, " ".join(cmd), out))
+    return dt * 1000.0
 
 
 def alternate(cases, runs, env):
@@ -82,18 +80,14 @@ def main():
         if not shutil.which(tool):
             raise SystemExit("%s not found" % tool)
     rsh = os.path.join(os.path.abspath(a.bin), "hvd-rsh")
-    env = dict(os.environ)
-    for k in ("SSH_AUTH_SOCK", "HVD_DRIVER_ADDRS", "HVD_SECRET", "HVD_SECRET_FILE", "HVD_RSH_VERBOSE"):
-        env.pop(k, None)
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    env = hvdtest.marked_env(None)
     work = tempfile.mkdtemp(prefix="hvd-ssh-bench.")
     hosts = FakeSshHosts(a.sshd_script, work)
     try:
         try:
             hosts.start()
         except SshdUnavailable as e:
-            print("skip: %s" % e)
-            return 77
+            hvdtest.skip(str(e))
         cfg = os.path.join(work, "ssh_config")
         hosts.ssh_config(cfg)
         cfg_c = os.path.join(work, "ssh_config_c25519")

@@ -20,10 +20,8 @@ under 500 ms, VmRSS under 512 MiB and back within 64 MiB of where it started, an
 was refused as the protocol says (as_expected == attempts). Processes carry HVD_E2E_MARK and
 none may be left. --write-doc writes the table into docs/reliability.md.
 """
-import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -31,7 +29,10 @@ import tempfile
 import time
 import uuid
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "faults"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+sys.path.insert(0, os.path.join(HERE, "..", "faults"))
+import hvdtest  # noqa: E402
 import reldoc  # noqa: E402
 
 ARGS = None
@@ -40,85 +41,25 @@ RSS_LIMIT_KB = 512 * 1024
 RSS_GROWTH_KB = 64 * 1024
 
 
-def marked_env(mark, **extra):
-    env = dict(os.environ)
-    env["HVD_E2E_MARK"] = mark
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    env["PATH"] = ARGS.bin + os.pathsep + env.get("PATH", "")
+def job_env(mark):
+    env = hvdtest.marked_env(mark, ARGS.bin)
     # In ASan builds freed memory sits in a quarantine (256 MiB by default), which would read
     # as growth here: keep it small so that VmRSS measures what the service really holds.
     # (The option is ignored by builds without ASan.)
-    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=8").lstrip(":")
-    for k in ("HVD_SECRET", "HVD_SECRET_FILE", "HVD_DRIVER_ADDRS", "HVD_HOST_HASH"):
-        env.pop(k, None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def processes_with(mark):
-    needle = ("HVD_E2E_MARK=" + mark).encode()
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    with open("/proc/%s/stat" % pid) as g:
-                        if g.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
-def leftovers(mark, wait_s=10):
-    deadline = time.time() + wait_s
-    left = processes_with(mark)
-    while left and time.time() < deadline:
-        time.sleep(0.1)
-        left = processes_with(mark)
-    desc = []
-    for pid in left:
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                desc.append("%d: %s" % (pid, f.read().replace(b"\0", b" ").decode(errors="replace")[:120]))
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    return desc
-
-
-def wait_secret_line(proc, what):
-    line = b""
-    deadline = time.time() + 30
-    while b"--index" not in line and time.time() < deadline:
-        line += proc.stderr.readline()
-        if proc.poll() is not None:
-            raise RuntimeError("%s exited early: %s" % (what, line))
-    m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", line)
-    if not m:
-        raise RuntimeError("%s did not say how to start tasks: %r" % (what, line))
-    return m.group(1).decode(), m.group(2).decode()
+    return hvdtest.add_asan_option(env, "quarantine_size_mb=8")
 
 
 def start_task(i, env, host, cwd):
-    return subprocess.Popen([os.path.join(ARGS.bin, "hvd-task"), "--index", str(i), "--start-timeout", "120"],
-                            env=dict(env, HVD_HOST_HASH=host), cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return hvdtest.start_task(ARGS.bin, i, env, host, start_timeout=120, cwd=cwd, stderr=subprocess.PIPE)
 
 
 def run_peer(mode, env, extra):
     cmd = [ARGS.peer, mode, "--secs", str(ARGS.secs), "--stall-secs", str(ARGS.stall_secs)] + extra
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=400)
-    rows = []
-    for l in p.stdout.decode().splitlines():
-        if l.startswith("{"):
-            rows.append(json.loads(l))
-    if p.returncode != 0:
-        raise RuntimeError("adv_peer %s exited %d: %s" % (mode, p.returncode, p.stderr.decode()[-2000:]))
-    return rows, p.stderr.decode()
+    rc, out, err, _ = hvdtest.run(cmd, env, timeout=400)
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    if rc != 0:
+        raise RuntimeError("adv_peer %s exited %d: %s" % (mode, rc, err[-2000:]))
+    return rows, err
 
 
 def judge(row):
@@ -144,15 +85,13 @@ def part1(rows, problems):
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "results.json")
-        env = marked_env(mark)
-        drv = subprocess.Popen([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "--start-timeout", "300",
-                                "--results-json", out, "--entry", ARGS.probe_lib + ":probe_entry"],
-                               env=env, cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+        env = job_env(mark)
+        drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "2", "--start-timeout", "300", "--results-json", out,
+                                              "--entry", ARGS.probe_lib + ":probe_entry"],
+                                   env, d, stdout=subprocess.DEVNULL)
         tasks = []
         try:
-            sfile, addrs = wait_secret_line(drv, "hvd-driver run")
-            tenv = dict(env, HVD_SECRET_FILE=sfile, HVD_DRIVER_ADDRS=addrs)
+            tenv = dict(env, **hvdtest.task_hint(drv, "hvd-driver run"))
             tasks.append(start_task(0, tenv, "e2e-adv-a", d))
             got, err = run_peer("attacks", tenv, ["--driver-pid", str(drv.pid), "--task-pid", str(tasks[0].pid)]
                                 + ARGS.cases)
@@ -176,16 +115,10 @@ def part1(rows, problems):
                     problems.append("the job after the attacks: %s" % res)
             rows.append({"service": "driver+task", "case": "legit job afterwards", "note": job})
         finally:
-            if drv.poll() is None:
-                drv.kill()
-                drv.wait()
+            hvdtest.stop(drv, 0)
             for t in tasks:
-                try:
-                    t.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    t.kill()
-                    t.wait()
-    left = leftovers(mark)
+                hvdtest.stop(t, 20)
+    left = hvdtest.leftovers(mark)
     if left:
         problems.append("part 1 left processes: %s" % left)
 
@@ -193,40 +126,27 @@ def part1(rows, problems):
 def part2(rows, problems):
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
-        env = marked_env(mark)
+        env = job_env(mark)
         env_file = os.path.join(d, "job.env")
-        srv = subprocess.Popen([os.path.join(ARGS.bin, "hvd-driver"), "serve", "-np", "1", "--env-file", env_file,
-                                "--entry", ARGS.probe_lib + ":probe_entry"],
-                               env=env, cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+        srv = hvdtest.start_driver(ARGS.bin, ["serve", "-np", "1", "--env-file", env_file,
+                                              "--entry", ARGS.probe_lib + ":probe_entry"],
+                                   env, d, stdout=subprocess.DEVNULL)
         tasks = []
         try:
-            sfile, addrs = wait_secret_line(srv, "hvd-driver serve")
-            tenv = dict(env, HVD_SECRET_FILE=sfile, HVD_DRIVER_ADDRS=addrs)
+            tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve"))
             tasks.append(start_task(0, tenv, "e2e-adv-stall", d))
-            deadline = time.time() + 30
-            while not os.path.exists(env_file) and time.time() < deadline:
-                time.sleep(0.05)
+            hvdtest.wait_for(lambda: os.path.exists(env_file), 30)  # the stall case runs either way
             got, err = run_peer("stall", tenv, ["--task-pid", str(tasks[0].pid)])
             if not got:
                 problems.append("stall case produced nothing: %s" % err[-1000:])
             rows.extend(got)
         finally:
-            srv.send_signal(signal.SIGINT)
-            try:
-                srv.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                srv.kill()
-                srv.wait()
+            if not hvdtest.stop(srv, 30, signal.SIGINT, drain=True):
                 problems.append("hvd-driver serve did not stop on SIGINT within 30 s")
             for t in tasks:
-                try:
-                    t.wait(timeout=30)
-                except subprocess.TimeoutExpired:
+                if not hvdtest.stop(t, 30):
                     problems.append("task did not end within 30 s of the driver stopping")
-                    t.kill()
-                    t.wait()
-    left = leftovers(mark)
+    left = hvdtest.leftovers(mark)
     if left:
         problems.append("part 2 left processes: %s" % left)
 
@@ -250,29 +170,21 @@ def table(rows):
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--peer", required=True)
-    ap.add_argument("--probe-lib", required=True)
+    ap = hvdtest.arg_parser("--bin", "--peer", "--probe-lib")
     ap.add_argument("--secs", type=float, default=1.5, help="seconds per attack case")
     ap.add_argument("--stall-secs", type=float, default=3.0,
                     help="how long the stalled-subscriber case watches (--full: 40, past the 30 s write timeout)")
     ap.add_argument("--full", action="store_true", help="longer cases (3 s each, stall case 40 s)")
-    ap.add_argument("--write-doc", action="store_true")
-    ap.add_argument("--doc", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                                  "docs", "reliability.md"))
+    reldoc.add_options(ap)
     ap.add_argument("cases", nargs="*", help="adv_peer case names (default: all)")
     ARGS = ap.parse_args()
     if ARGS.full:
         ARGS.secs, ARGS.stall_secs = max(ARGS.secs, 3.0), max(ARGS.stall_secs, 40.0)
-    ARGS.bin = os.path.abspath(ARGS.bin)
-    ARGS.peer = os.path.abspath(ARGS.peer)
-    ARGS.probe_lib = os.path.abspath(ARGS.probe_lib)
     rows, problems = [], []
     for part in (part1, part2):
         try:
             part(rows, problems)
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        except (hvdtest.Failure, RuntimeError, OSError, subprocess.TimeoutExpired) as e:
             problems.append("%s: %s" % (part.__name__, e))
     failed = 0
     for r in rows:
@@ -297,7 +209,7 @@ def main():
                 "attempt refused as the protocol says.\n\n" % (ARGS.secs, P99_LIMIT_MS, RSS_LIMIT_KB // 1024,
                                                                RSS_GROWTH_KB // 1024)
                 + table(rows) + "\n" + "".join("\nProblem: %s\n" % reldoc.md_cell(p) for p in problems))
-        reldoc.write_section(os.path.abspath(ARGS.doc), "adversarial", body)
+        reldoc.write_section(ARGS.doc, "adversarial", body)
     print("%d cases, %d failed, %d problems" % (len(rows), failed, len(problems)))
     return 1 if failed or problems else 0
 

@@ -8,7 +8,6 @@ checks what the job produced, and then checks that no process of the job is left
 process started by a case carries HVD_E2E_MARK=<random> in its environment, and /proc is
 scanned for it. Prints "N passed, M failed" last and exits non-zero on any failure.
 """
-import argparse
 import base64
 import json
 import os
@@ -20,85 +19,15 @@ import tempfile
 import time
 import uuid
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import hvdtest  # noqa: E402
+from hvdtest import Skip, check, run  # noqa: E402
+
 ARGS = None
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-def marked_env(mark, **extra):
-    env = dict(os.environ)
-    env["HVD_E2E_MARK"] = mark
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    env["PATH"] = ARGS.bin + os.pathsep + env.get("PATH", "")
-    for k in ("HVD_SECRET", "HVD_SECRET_FILE", "HVD_DRIVER_ADDRS", "HVD_HOST_HASH"):
-        env.pop(k, None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def processes_with(mark):
-    """PIDs whose environment holds HVD_E2E_MARK=mark (our own process excluded)."""
-    needle = ("HVD_E2E_MARK=" + mark).encode()
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
-def assert_no_leftovers(mark, wait_s=10):
-    deadline = time.time() + wait_s
-    left = processes_with(mark)
-    while left and time.time() < deadline:
-        time.sleep(0.1)
-        left = processes_with(mark)
-    if left:
-        desc = []
-        for pid in left:
-            try:
-                with open("/proc/%d/cmdline" % pid, "rb") as f:
-                    desc.append("%d: %s" % (pid, f.read().replace(b"\0", b" ").decode(errors="replace")))
-            except OSError:
-                pass
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        raise Failure("processes of the job left behind:\n  " + "\n  ".join(desc))
-
-
-def run(cmd, env, timeout=120, cwd=None):
-    t0 = time.time()
-    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       stdin=subprocess.DEVNULL, timeout=timeout)
-    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"), time.time() - t0
 
 
 def driver(*args):
     return [os.path.join(ARGS.bin, "hvd-driver")] + list(args)
-
-
-def parse_result(text):
-    return dict(kv.split("=", 1) for kv in text.split())
 
 
 def load_results(path):
@@ -113,7 +42,7 @@ def local_job_checks(np_, hosts, res):
     host_of = {}
     for r in ranks:
         check(r["reported"] and r["status"] == 0, "rank %d succeeded: %s" % (r["rank"], r))
-        info = parse_result(r["result_text"])
+        info = hvdtest.parse_kv(r["result_text"])
         check(int(info["rank"]) == r["rank"], "result of rank %d names rank %s" % (r["rank"], info["rank"]))
         check(int(info["size"]) == np_, "size %s" % info["size"])
         # Barrel shift + sorted indices: rank r stands for task r, and runs inside the task
@@ -133,10 +62,10 @@ def case_local(np_, hosts, extra=()):
         out = os.path.join(d, "results.json")
         rc, so, se, dt = run(driver("run", "-np", str(np_), "--local", str(hosts), "--results-json", out,
                                     *extra, "--entry", ARGS.probe_lib + ":probe_entry"),
-                             marked_env(mark), cwd=d)
+                             hvdtest.marked_env(mark, ARGS.bin), cwd=d)
         check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
         local_job_checks(np_, hosts, load_results(out))
-    assert_no_leftovers(mark)
+    hvdtest.assert_no_leftovers(mark)
 
 
 def test_local_4_on_2():
@@ -156,50 +85,32 @@ def test_argv_entry():
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--", ARGS.probe_rank),
-                             marked_env(mark, HVD_E2E_DIR=d), cwd=d)
+                             hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d), cwd=d)
         check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
         for r in range(4):
             with open(os.path.join(d, "rank%d" % r)) as f:
-                info = parse_result(f.read())
+                info = hvdtest.parse_kv(f.read())
             check(info["task"] == str(r), "rank %d stands for task %s" % (r, info["task"]))
             check(info["ancestor_task"] == str((r // 2) * 2), "rank %d ran in task %s" % (r, info["ancestor_task"]))
             check(info["cwd"] == info["workdir"], "rank %d runs in the executor's work dir" % r)
         check(re.search(r"\[\d+,2\]<stdout>:rank 2 ran in task 2", so), "rank output is tagged:\n" + so)
-    assert_no_leftovers(mark)
+    hvdtest.assert_no_leftovers(mark)
 
 
 def test_failing_rank():
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--entry", ARGS.probe_lib + ":probe_entry",
-                                    "--entry-arg", "fail=1"), marked_env(mark), cwd=d)
+                                    "--entry-arg", "fail=1"), hvdtest.marked_env(mark, ARGS.bin), cwd=d)
         check(rc == 3, "exit status 3 (the failed rank's), got %d:\n%s" % (rc, se))
         check("rank 1 failed on purpose" in se, "the rank's error text reaches the user:\n" + se)
         check(re.search(r"job failed: rank 1 \(task 1", se), "the failed rank is named:\n" + se)
-    assert_no_leftovers(mark)
+    hvdtest.assert_no_leftovers(mark)
 
 
 def start_tasks(n, env, hosts, gpus=None):
-    procs = []
-    for i in range(n):
-        e = dict(env)
-        e["HVD_HOST_HASH"] = hosts[i]
-        cmd = [os.path.join(ARGS.bin, "hvd-task"), "--index", str(i), "--start-timeout", "60"]
-        if gpus:
-            cmd += ["--gpus", gpus[i]]
-        procs.append(subprocess.Popen(cmd, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE))
-    return procs
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise Failure("timed out waiting for " + what)
+    return [hvdtest.start_task(ARGS.bin, i, env, hosts[i], args=["--gpus", gpus[i]] if gpus else [],
+                               stderr=subprocess.PIPE) for i in range(n)]
 
 
 def test_remote_tasks_with_gpus():
@@ -207,19 +118,11 @@ def test_remote_tasks_with_gpus():
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "results.json")
-        env = marked_env(mark)
-        drv = subprocess.Popen(driver("run", "-np", "2", "--results-json", out, "--entry",
-                                      ARGS.probe_lib + ":probe_entry"),
-                               env=env, cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+        env = hvdtest.marked_env(mark, ARGS.bin)
+        drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "2", "--results-json", out, "--entry",
+                                              ARGS.probe_lib + ":probe_entry"], env, d)
         # hvd-driver prints how to start tasks: the secret file and the addresses.
-        line = b""
-        while b"--index" not in line:
-            line += drv.stderr.readline()
-            check(drv.poll() is None, "hvd-driver exited early: %s" % line)
-        m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", line)
-        check(m, "hvd-driver says how to start tasks: %r" % line)
-        tenv = dict(env, HVD_SECRET_FILE=m.group(1).decode(), HVD_DRIVER_ADDRS=m.group(2).decode())
+        tenv = dict(env, **hvdtest.task_hint(drv))
         tasks = start_tasks(2, tenv, ["e2e-hosta-1", "e2e-hostb-2"], gpus=["3", "5,6"])
         try:
             so, se = drv.communicate(timeout=120)
@@ -228,35 +131,22 @@ def test_remote_tasks_with_gpus():
                 t.wait(timeout=30)
         check(drv.returncode == 0, "hvd-driver exited %d: %s" % (drv.returncode, se.decode()))
         res = load_results(out)
-        gpus = [parse_result(r["result_text"])["gpus"] for r in res["ranks"]]
+        gpus = [hvdtest.parse_kv(r["result_text"])["gpus"] for r in res["ranks"]]
         check(gpus == ["3", "5,6"], "each rank saw its own task's GPUs: %s" % gpus)
         check([t.returncode for t in tasks] == [0, 0], "tasks exit 0: %s" % [t.returncode for t in tasks])
-    assert_no_leftovers(mark)
+    hvdtest.assert_no_leftovers(mark)
 
 
 def serve_with_tasks(mark, d, n, hosts):
     env_file = os.path.join(d, "job.env")
-    env = marked_env(mark)
-    srv = subprocess.Popen(driver("serve", "-np", str(n), "--env-file", env_file, "--entry",
-                                  ARGS.probe_lib + ":probe_entry"),
-                           env=env, cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE)
-    line = b""
-    while b"--index" not in line:
-        line += srv.stderr.readline()
-        check(srv.poll() is None, "hvd-driver serve exited early: %s" % line)
-    m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", line)
-    tenv = dict(env, HVD_SECRET_FILE=m.group(1).decode(), HVD_DRIVER_ADDRS=m.group(2).decode())
+    env = hvdtest.marked_env(mark, ARGS.bin)
+    srv = hvdtest.start_driver(ARGS.bin, ["serve", "-np", str(n), "--env-file", env_file, "--entry",
+                                          ARGS.probe_lib + ":probe_entry"], env, d)
+    tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve"))
     tasks = start_tasks(n, tenv, hosts)
-    wait_for(lambda: os.path.exists(env_file), 60, "the env file")
+    hvdtest.wait_for(lambda: os.path.exists(env_file), 60, "the env file")
     time.sleep(0.2)
-    vals = {}
-    with open(env_file) as f:
-        for l in f:
-            m = re.match(r"export (\w+)='?([^']*)'?$", l.strip())
-            if m:
-                vals[m.group(1)] = m.group(2)
-    return srv, tasks, vals, env
+    return srv, tasks, hvdtest.read_env_file(env_file), env
 
 
 def mpirun_cmd(vals, hosts_override=None, np_=None):
@@ -280,7 +170,7 @@ def test_by_hand():
         check(b"rank" in se2 and b"e2e-byhand-a" in se2, "serve prints the table:\n" + se2.decode())
         for t in tasks:
             t.wait(timeout=30)
-    assert_no_leftovers(mark)
+    hvdtest.assert_no_leftovers(mark)
 
 
 def test_agent_failures():
@@ -306,7 +196,7 @@ def test_agent_failures():
         srv.communicate(timeout=30)
         for t in tasks:
             t.wait(timeout=30)
-    assert_no_leftovers(mark)
+    hvdtest.assert_no_leftovers(mark)
 
 
 def test_no_dns_queries():
@@ -318,8 +208,8 @@ def test_no_dns_queries():
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "trace")
         # LeakSanitizer cannot run under ptrace: off here, in sanitizer builds.
-        env = marked_env(mark)
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
+        env = hvdtest.marked_env(mark, ARGS.bin)
+        hvdtest.add_asan_option(env, "detect_leaks=0")
         rc, so, se, dt = run(["strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-o", trace] +
                              driver("run", "-np", "2", "--local", "2", "--entry", ARGS.probe_lib + ":probe_entry"),
                              env, cwd=d)
@@ -327,11 +217,7 @@ def test_no_dns_queries():
         with open(trace) as f:
             dns = [l for l in f if "htons(53)" in l]
         check(not dns, "DNS queries were sent:\n" + "".join(dns[:5]))
-    assert_no_leftovers(mark)
-
-
-def sh(*cmd):
-    subprocess.run(list(cmd), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    hvdtest.assert_no_leftovers(mark)
 
 
 def test_netns_hosts():
@@ -340,65 +226,29 @@ def test_netns_hosts():
     Each namespace has lo and eth0 (on the bridge); host A also has an interface of its own
     (extra0). The tasks must find exactly {eth0} in common, and the job can only succeed if
     MPI's traffic crosses the namespaces over those addresses."""
-    if os.geteuid() != 0:
-        raise Skip("needs root to create network namespaces")
-    tag = uuid.uuid4().hex[:6]
-    names = ["hvd%s%s" % (tag, c) for c in "abcd"]
-    bridge = "hvdbr%s" % tag
-    made = []
-    try:
-        try:
-            sh("ip", "link", "add", bridge, "type", "bridge")
-        except subprocess.CalledProcessError as e:
-            raise Skip("cannot create a bridge: %s" % e.stderr.decode().strip())
-        made.append(("link", bridge))
-        sh("ip", "link", "set", bridge, "up")
-        for i, ns in enumerate(names):
-            sh("ip", "netns", "add", ns)
-            made.append(("netns", ns))
-            veth = "hv%s%d" % (tag, i)
-            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            made.append(("link", veth))
-            sh("ip", "link", "set", veth, "master", bridge, "up")
-            sh("ip", "-n", ns, "addr", "add", "10.77.%d.%d/24" % (int(tag[:2], 16) % 250, 10 + i), "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
+    with hvdtest.NetnsHosts("abcd", net="10.77") as net:
         # An interface only host A has: one end of a veth pair whose both ends stay in A.
-        sh("ip", "-n", names[0], "link", "add", "extra0", "type", "veth", "peer", "name", "extra1")
-        sh("ip", "-n", names[0], "link", "set", "extra1", "up")
-        sh("ip", "-n", names[0], "addr", "add", "10.78.0.1/24", "dev", "extra0")
-        sh("ip", "-n", names[0], "link", "set", "extra0", "up")
+        a = net.ns["a"]
+        hvdtest.sh("ip", "-n", a, "link", "add", "extra0", "type", "veth", "peer", "name", "extra1")
+        hvdtest.sh("ip", "-n", a, "link", "set", "extra1", "up")
+        hvdtest.sh("ip", "-n", a, "addr", "add", "10.78.0.1/24", "dev", "extra0")
+        hvdtest.sh("ip", "-n", a, "link", "set", "extra0", "up")
 
         mark = uuid.uuid4().hex
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "results.json")
-            env = marked_env(mark)
-            drv = subprocess.Popen(["ip", "netns", "exec", names[3]] +
-                                   driver("run", "-np", "3", "--verbose", "--results-json", out,
-                                          "--entry", ARGS.probe_lib + ":probe_entry"),
-                                   env=env, cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE)
-            line = b""
-            while b"--index" not in line:
-                line += drv.stderr.readline()
-                check(drv.poll() is None, "hvd-driver exited early: %s" % line)
-            m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", line)
-            tenv = dict(env, HVD_SECRET_FILE=m.group(1).decode(), HVD_DRIVER_ADDRS=m.group(2).decode())
-            tasks = []
-            for i in range(3):
-                tasks.append(subprocess.Popen(["ip", "netns", "exec", names[i],
-                                               os.path.join(ARGS.bin, "hvd-task"), "--index", str(i),
-                                               "--start-timeout", "60"],
-                                              env=tenv, stdin=subprocess.DEVNULL,
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            env = hvdtest.marked_env(mark, ARGS.bin)
+            drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "3", "--verbose", "--results-json", out,
+                                                  "--entry", ARGS.probe_lib + ":probe_entry"],
+                                       env, d, prefix=net.exec_in("d"))
+            tenv = dict(env, **hvdtest.task_hint(drv))
+            tasks = [hvdtest.start_task(ARGS.bin, i, tenv, prefix=net.exec_in(k), stderr=subprocess.PIPE)
+                     for i, k in enumerate("abc")]
             try:
                 so, se = drv.communicate(timeout=180)
             finally:
                 for t in tasks:
-                    try:
-                        t.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        t.kill()
+                    hvdtest.stop(t, 30)
             se = se.decode(errors="replace")
             check(drv.returncode == 0, "hvd-driver exited %d:\n%s" % (drv.returncode, se))
             m = re.search(r"hosts \S+; interfaces((?: \S+)+)", se)
@@ -407,44 +257,18 @@ def test_netns_hosts():
             res = load_results(out)
             hosts = {r["host_hash"] for r in res["ranks"]}
             check(len(hosts) == 3, "three host hashes (one per namespace): %s" % hosts)
-        assert_no_leftovers(mark)
-    finally:
-        for kind, name in reversed(made):
-            if kind == "netns":
-                subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
-            else:
-                subprocess.run(["ip", "link", "del", name], stderr=subprocess.DEVNULL)
+        hvdtest.assert_no_leftovers(mark)
 
 
-CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
+CASES = hvdtest.cases_in(globals())
 
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--probe-lib", required=True)
-    ap.add_argument("--probe-rank", required=True)
+    ap = hvdtest.arg_parser("--bin", "--probe-lib", "--probe-rank")
     ap.add_argument("cases", nargs="*")
     ARGS = ap.parse_args()
-    names = ARGS.cases or sorted(CASES)
-    passed = failed = skipped = 0
-    for name in names:
-        t0 = time.time()
-        try:
-            CASES[name]()
-            passed += 1
-            print("ok   %s (%.1f s)" % (name, time.time() - t0), flush=True)
-        except Skip as e:
-            skipped += 1
-            print("skip %s: %s" % (name, e), flush=True)
-        except (Failure, subprocess.TimeoutExpired, OSError) as e:
-            failed += 1
-            print("FAIL %s (%.1f s): %s" % (name, time.time() - t0, e), flush=True)
-    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-    if failed:
-        return 1
-    return 77 if skipped and not passed else 0
+    return hvdtest.run_cases(CASES, ARGS.cases)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,16 @@ python3 tests/adversarial/test_adversarial.py --bin build/bin --peer build/tests
 """
 
 
+DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "reliability.md")
+
+
+def add_options(ap):
+    """--write-doc and --doc FILE (default docs/reliability.md), for a suite that writes its
+    section."""
+    ap.add_argument("--write-doc", action="store_true", help="write this suite's section of --doc")
+    ap.add_argument("--doc", default=DOC, type=os.path.abspath)
+
+
 def md_cell(s):
     return str(s).replace("|", "\\|").replace("\n", " ")
 

@@ -46,7 +46,6 @@ Without cell names: the CI subset (running phase, SIGKILL, and the partition); -
 whole matrix and the partition.
 --write-doc writes the results table into docs/reliability.md.
 """
-import argparse
 import glob
 import os
 import re
@@ -58,8 +57,12 @@ import tempfile
 import time
 import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+sys.path.insert(0, HERE)
+import hvdtest  # noqa: E402
 import reldoc  # noqa: E402
+from hvdtest import Skip  # noqa: E402
 
 ARGS = None
 PHASES = ["registration", "launch", "running", "collection"]
@@ -87,62 +90,20 @@ NAMES["link"] = ["e2e-faults-b", "task 2", "task 3"]
 CI_CELLS = ["running:%s:KILL" % v for v in VICTIMS] + [PARTITION_CELL]
 
 
-class Skip(Exception):
-    pass
-
-
-def marked_env(mark, tmpdir, **extra):
-    env = dict(os.environ)
-    env["HVD_E2E_MARK"] = mark
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    env["PATH"] = ARGS.bin + os.pathsep + env.get("PATH", "")
-    env["TMPDIR"] = tmpdir
-    for k in ("HVD_SECRET", "HVD_SECRET_FILE", "HVD_DRIVER_ADDRS", "HVD_HOST_HASH"):
-        env.pop(k, None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def proc_info(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            env = {}
-            for kv in f.read().split(b"\0"):
-                if b"=" in kv:
-                    k, v = kv.split(b"=", 1)
-                    env[k.decode(errors="replace")] = v.decode(errors="replace")
-        with open("/proc/%d/stat" % pid) as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return argv, env, state
-    except OSError:
-        return None
+def job_env(mark, tmpdir, work):
+    return hvdtest.marked_env(mark, ARGS.bin, TMPDIR=tmpdir, HVD_E2E_DIR=work)
 
 
 SEEN_SHM = set()  # Open MPI backing directories seen in the job's processes
 
 
 def processes_with(mark):
-    """{pid: (argv, env)} of live (non-zombie) processes whose environment holds the mark."""
-    needle = ("HVD_E2E_MARK=" + mark).encode()
-    found = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % d, "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-        except OSError:
-            continue
-        info = proc_info(int(d))
-        if info and info[2] != "Z":
-            found[int(d)] = (info[0], info[1])
-            shm = info[1].get("OMPI_MCA_btl_vader_backing_directory")
-            if shm:
-                SEEN_SHM.add(shm)
+    """{pid: hvdtest.Proc} of the job's live processes; notes their shared-memory dirs."""
+    found = hvdtest.processes_with(mark)
+    for p in found.values():
+        shm = p.env.get("OMPI_MCA_btl_vader_backing_directory")
+        if shm:
+            SEEN_SHM.add(shm)
     return found
 
 
@@ -152,7 +113,8 @@ def base(argv):
 
 def find_victim(victim, procs, driver_pid):
     """The pid of the victim among the marked processes, or None."""
-    for pid, (argv, env) in sorted(procs.items()):
+    for pid, p in sorted(procs.items()):
+        argv, env = p.argv, p.env
         b = base(argv)
         if victim == "driver" and pid == driver_pid:
             return pid
@@ -171,10 +133,6 @@ def find_victim(victim, procs, driver_pid):
         if victim == "mpirun" and b in ("mpirun", "orterun", "mpiexec"):
             return pid
     return None
-
-
-def shm_dirs():
-    return set(glob.glob("/dev/shm/hvd-task-*"))
 
 
 def states(d):
@@ -216,52 +174,65 @@ class Cell:
         self.failures.append(what)
 
 
-def run_cell(cell):
-    mark = uuid.uuid4().hex
+def cell_dirs():
+    """A cell's directory (tmp), with the job's work dir and TMPDIR in it, and the
+    /dev/shm/hvd-task-* directories there before the job."""
     tmp = tempfile.mkdtemp(prefix="hvd-faults-")
     work = os.path.join(tmp, "work")
     tdir = os.path.join(tmp, "tmp")
     os.mkdir(work)
     os.mkdir(tdir)
-    shm_before = shm_dirs()
-    env = marked_env(mark, tdir, HVD_E2E_DIR=work)
+    return tmp, work, tdir, hvdtest.shm_dirs()
+
+
+def host_of(i):
+    """The host hash of task i: tasks 0-1 on host A, 2-3 on host B."""
+    return "e2e-faults-a" if i < 2 else "e2e-faults-b"
+
+
+def task_env(cell, drv, errf, env):
+    """The environment of the tasks the driver waits for (from what it printed to errf), or
+    None after failing the cell when it said nothing within 20 s."""
+    try:
+        return dict(env, **hvdtest.task_hint(drv, timeout=20, errfile=errf))
+    except hvdtest.Failure as e:
+        cell.fail(str(e))
+        return None
+
+
+def note_overrun(cell, drv, since):
+    """The driver outlived its limit: how long it would have taken (--overrun S waits that
+    much longer)."""
+    try:
+        drv.wait(timeout=ARGS.overrun)
+        cell.note = "ended by itself after %.1f s" % (time.time() - since)
+    except subprocess.TimeoutExpired:
+        cell.note = "still running after %.0f s" % (time.time() - since)
+
+
+def run_cell(cell):
+    mark = uuid.uuid4().hex
+    tmp, work, tdir, shm_before = cell_dirs()
+    env = job_env(mark, tdir, work)
     entry = ARGS.probe_lib + ":probe_entry"
     arg = {"registration": "sleep=30", "launch": "sleep=30", "running": "sleep=30",
            "collection": "sleep=30:3"}[cell.phase]
     tasks = []
     t_start = time.time()
-    if cell.phase == "registration":
-        cmd = [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "4", "--start-timeout", "60",
-               "--entry", entry, "--entry-arg", arg]
-    else:
-        cmd = [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "4", "--local", "2",
-               "--start-timeout", "60", "--entry", entry, "--entry-arg", arg]
+    args = ["run", "-np", "4"] + (["--local", "2"] if cell.phase != "registration" else []) + \
+        ["--start-timeout", "60", "--entry", entry, "--entry-arg", arg]
     errf = open(os.path.join(tmp, "driver.err"), "w+b")
-    drv = subprocess.Popen(cmd, env=env, cwd=work, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=errf)
+    drv = hvdtest.start_driver(ARGS.bin, args, env, work, stdout=subprocess.DEVNULL, stderr=errf)
     victim_pid = None
     t_kill = None
     try:
         if cell.phase == "registration":
-            deadline = time.time() + 20
-            m = None
-            while time.time() < deadline and drv.poll() is None:
-                errf.seek(0)
-                m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", errf.read())
-                if m:
-                    break
-                time.sleep(0.05)
-            if not m:
-                cell.fail("hvd-driver did not say how to start tasks")
+            tenv = task_env(cell, drv, errf, env)
+            if tenv is None:
                 return
-            tenv = dict(env, HVD_SECRET_FILE=m.group(1).decode(), HVD_DRIVER_ADDRS=m.group(2).decode())
 
             def start_task(i):
-                e = dict(tenv, HVD_HOST_HASH="e2e-faults-a" if i < 2 else "e2e-faults-b")
-                return subprocess.Popen([os.path.join(ARGS.bin, "hvd-task"), "--index", str(i),
-                                         "--start-timeout", "60"], env=e, cwd=work,
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                return hvdtest.start_task(ARGS.bin, i, tenv, host_of(i), cwd=work)
             for i in (0, 2, 3):
                 tasks.append(start_task(i))
             time.sleep(1.5)  # tasks 0, 2, 3 register; task 1 is missing
@@ -272,7 +243,7 @@ def run_cell(cell):
                 procs = processes_with(mark)
                 st = states(work)
                 if cell.phase == "launch":
-                    ready = any(base(a) in ("hvd-rsh", "mpirun_rsh") for a, _ in procs.values())
+                    ready = any(base(p.argv) in ("hvd-rsh", "mpirun_rsh") for p in procs.values())
                 elif cell.phase == "running":
                     ready = len(st) == 4 and all(v == "sleeping" for v in st.values())
                 else:
@@ -324,25 +295,14 @@ def run_cell(cell):
                 cell.end_s = time.time() - t_kill
         elif drv.returncode is None:
             cell.fail("hvd-driver still running %.0f s after the kill" % END_LIMIT)
-            # How long it would have taken (--overrun S waits that much longer).
-            try:
-                drv.wait(timeout=ARGS.overrun)
-                cell.note = "ended by itself after %.1f s" % (time.time() - t_kill)
-            except subprocess.TimeoutExpired:
-                cell.note = "still running after %.0f s" % (time.time() - t_kill)
+            note_overrun(cell, drv, t_kill)
         else:
             cell.end_s = time.time() - t_kill
             cell.status = drv.returncode
             if drv.returncode == 0:
                 cell.fail("hvd-driver exited 0")
     finally:
-        if drv.poll() is None:
-            drv.send_signal(signal.SIGTERM)
-            try:
-                drv.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                drv.kill()
-                drv.wait()
+        hvdtest.stop(drv, 10, signal.SIGTERM)
         if cell.status is None and drv.returncode is not None and cell.victim != "driver":
             cell.status = drv.returncode
         for t in tasks:
@@ -351,25 +311,9 @@ def run_cell(cell):
             except subprocess.TimeoutExpired:
                 pass
         # Leftover processes: a short grace after the end, then anything marked is reported.
-        deadline = time.time() + 3
-        left = processes_with(mark)
-        while left and time.time() < deadline:
-            time.sleep(0.1)
-            left = processes_with(mark)
-        for pid, (argv, penv) in sorted(left.items()):
-            what = base(argv)
-            if "--index" in argv[:-1]:
-                what += " --index " + argv[argv.index("--index") + 1]
-            cell.leftovers.append("%s (pid %d)" % (what, pid))
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        note_leftovers(cell, hvdtest.wait_gone(lambda: processes_with(mark), 3))
         for t in tasks:
-            if t.poll() is None:
-                t.kill()
-                t.wait()
+            hvdtest.stop(t, 0)
         errf.seek(0)
         stderr = errf.read().decode(errors="replace")
         errf.close()
@@ -383,14 +327,25 @@ def run_cell(cell):
         check_files_left(cell, tdir, tmp, shm_before)
 
 
+def note_leftovers(cell, left):
+    """Records the job's processes still there ({pid: Proc}) as the cell's leftovers, and
+    SIGKILLs them."""
+    for pid, p in sorted(left.items()):
+        what = base(p.argv)
+        if "--index" in p.argv[:-1]:
+            what += " --index " + p.argv[p.argv.index("--index") + 1]
+        cell.leftovers.append("%s (pid %d)" % (what, pid))
+    hvdtest.kill(left)
+
+
 def check_files_left(cell, tdir, tmp, shm_before):
     """Fails the cell for the job's files left behind (its private dirs in TMPDIR, the
     /dev/shm backing dirs its processes named), then removes them and the cell's dir."""
-    for d in glob.glob(os.path.join(tdir, "hvd-driver.*")):
+    for d in hvdtest.entries_left([tdir], "hvd-driver."):
         cell.leftovers.append("TMPDIR/" + os.path.basename(d))
     time.sleep(0.2)
     # Only the job's own directories: those its processes named (others' jobs run too).
-    new_shm = (shm_dirs() - shm_before) & SEEN_SHM
+    new_shm = (hvdtest.shm_dirs() - shm_before) & SEEN_SHM
     for d in sorted(new_shm):
         cell.leftovers.append(d)
     if cell.leftovers:
@@ -403,75 +358,27 @@ def check_files_left(cell, tdir, tmp, shm_before):
             shutil.rmtree(d, ignore_errors=True)
 
 
-def sh(*cmd):
-    subprocess.run(list(cmd), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
 def run_partition_cell(cell):
     """running:link:DOWN (see the docstring): host B's link goes down while ranks run."""
-    if os.geteuid() != 0:
-        raise Skip("needs root to create network namespaces")
-    if not shutil.which("ip"):
-        raise Skip("no ip command (iproute2)")
-    tag = uuid.uuid4().hex[:6]
-    ns = {k: "hvdf%s%s" % (tag, k) for k in "abd"}   # host A, host B, the driver's
-    bridge = "hfbr%s" % tag
-    veth = {k: "hf%s%s" % (tag, k) for k in ns}
-    net = "10.79.%d" % (int(tag[:2], 16) % 250)
-    made = []
+    hvdtest.NetnsHosts.check_possible()
+    net = hvdtest.NetnsHosts("abd", net="10.79", prefix="hvdf")   # host A, host B, the driver's
     mark = uuid.uuid4().hex
-    tmp = tempfile.mkdtemp(prefix="hvd-faults-")
-    work = os.path.join(tmp, "work")
-    tdir = os.path.join(tmp, "tmp")
-    os.mkdir(work)
-    os.mkdir(tdir)
-    shm_before = shm_dirs()
+    tmp, work, tdir, shm_before = cell_dirs()
     drv = None
     tasks = []
     errf = open(os.path.join(tmp, "driver.err"), "w+b")
     try:
-        try:
-            sh("ip", "link", "add", bridge, "type", "bridge")
-        except (subprocess.CalledProcessError, OSError) as e:
-            raise Skip("cannot create a bridge: %s" %
-                       (e.stderr.decode().strip() if getattr(e, "stderr", None) else e))
-        made.append(("link", bridge))
-        sh("ip", "link", "set", bridge, "up")
-        for i, k in enumerate("abd"):
-            try:
-                sh("ip", "netns", "add", ns[k])
-            except subprocess.CalledProcessError as e:
-                raise Skip("cannot create a network namespace: %s" % e.stderr.decode().strip())
-            made.append(("netns", ns[k]))
-            sh("ip", "link", "add", veth[k], "type", "veth", "peer", "name", "eth0", "netns", ns[k])
-            made.append(("link", veth[k]))
-            sh("ip", "link", "set", veth[k], "master", bridge, "up")
-            sh("ip", "-n", ns[k], "addr", "add", "%s.%d/24" % (net, 10 + i), "dev", "eth0")
-            sh("ip", "-n", ns[k], "link", "set", "eth0", "up")
-            sh("ip", "-n", ns[k], "link", "set", "lo", "up")
-        env = marked_env(mark, tdir, HVD_E2E_DIR=work)
-        cmd = ["ip", "netns", "exec", ns["d"], os.path.join(ARGS.bin, "hvd-driver"), "run",
-               "-np", "4", "--start-timeout", "60", "--entry", ARGS.probe_lib + ":probe_entry",
-               "--entry-arg", "sleep=60"]
-        drv = subprocess.Popen(cmd, env=env, cwd=work, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=errf)
-        deadline = time.time() + 20
-        m = None
-        while time.time() < deadline and drv.poll() is None and not m:
-            time.sleep(0.05)
-            errf.seek(0)
-            m = re.search(rb"HVD_SECRET_FILE=(\S+) hvd-task --driver '([^']+)'", errf.read())
-        if not m:
-            cell.fail("hvd-driver did not say how to start tasks")
+        net.create()
+        env = job_env(mark, tdir, work)
+        drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "4", "--start-timeout", "60", "--entry",
+                                              ARGS.probe_lib + ":probe_entry", "--entry-arg", "sleep=60"],
+                                   env, work, prefix=net.exec_in("d"), stdout=subprocess.DEVNULL, stderr=errf)
+        tenv = task_env(cell, drv, errf, env)
+        if tenv is None:
             return
-        tenv = dict(env, HVD_SECRET_FILE=m.group(1).decode(), HVD_DRIVER_ADDRS=m.group(2).decode())
         for i in range(4):
-            k = "a" if i < 2 else "b"
-            tasks.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns[k], os.path.join(ARGS.bin, "hvd-task"), "--index",
-                 str(i), "--start-timeout", "60"],
-                env=dict(tenv, HVD_HOST_HASH="e2e-faults-" + k), cwd=work,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            tasks.append(hvdtest.start_task(ARGS.bin, i, tenv, host_of(i), cwd=work,
+                                            prefix=net.exec_in("a" if i < 2 else "b")))
         deadline = time.time() + 60
         while time.time() < deadline and drv.poll() is None:
             st = states(work)
@@ -486,7 +393,7 @@ def run_partition_cell(cell):
             return
         processes_with(mark)  # note the job's shared-memory directories
         t_cut = time.time()
-        sh("ip", "link", "set", veth["b"], "down")
+        hvdtest.sh("ip", "link", "set", net.veth["b"], "down")
         try:
             drv.wait(timeout=PARTITION_LIMIT)
             cell.end_s = time.time() - t_cut
@@ -495,39 +402,16 @@ def run_partition_cell(cell):
                 cell.fail("hvd-driver exited 0")
         except subprocess.TimeoutExpired:
             cell.fail("hvd-driver still running %.0f s after the link went down" % PARTITION_LIMIT)
-            try:
-                drv.wait(timeout=ARGS.overrun)
-                cell.note = "ended by itself after %.1f s" % (time.time() - t_cut)
-            except subprocess.TimeoutExpired:
-                cell.note = "still running after %.0f s" % (time.time() - t_cut)
+            note_overrun(cell, drv, t_cut)
         # Host B's side ends by itself too (its tasks lose the driver): nothing may be left.
-        deadline = t_cut + PARTITION_LIMIT + 10
-        left = processes_with(mark)
-        while left and time.time() < deadline:
-            time.sleep(0.2)
-            left = processes_with(mark)
-        for pid, (argv, penv) in sorted(left.items()):
-            what = base(argv)
-            if "--index" in argv[:-1]:
-                what += " --index " + argv[argv.index("--index") + 1]
-            cell.leftovers.append("%s (pid %d)" % (what, pid))
+        note_leftovers(cell, hvdtest.wait_gone(lambda: processes_with(mark),
+                                               t_cut + PARTITION_LIMIT + 10 - time.time()))
     finally:
         for p in [drv] + tasks:
-            if p is not None and p.poll() is None:
-                p.kill()
-        for pid in processes_with(mark):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for p in [drv] + tasks:
             if p is not None:
-                p.wait()
-        for kind, name in reversed(made):
-            if kind == "netns":
-                subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
-            else:
-                subprocess.run(["ip", "link", "del", name], stderr=subprocess.DEVNULL)
+                hvdtest.stop(p, 0)
+        hvdtest.kill(processes_with(mark))
+        net.remove()
         errf.seek(0)
         stderr = errf.read().decode(errors="replace")
         errf.close()
@@ -577,20 +461,14 @@ def table(cells):
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--probe-lib", required=True)
+    ap = hvdtest.arg_parser("--bin", "--probe-lib")
     ap.add_argument("--full", action="store_true", help="the whole matrix")
-    ap.add_argument("--write-doc", action="store_true")
-    ap.add_argument("--doc", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "..", "..", "docs", "reliability.md"))
+    reldoc.add_options(ap)
     ap.add_argument("--overrun", type=float, default=0,
                     help="when a job outlives the limit, wait this much longer to learn when it ends")
     ap.add_argument("--keep", action="store_true", help="keep each cell's directory")
     ap.add_argument("cells", nargs="*")
     ARGS = ap.parse_args()
-    ARGS.bin = os.path.abspath(ARGS.bin)
-    ARGS.probe_lib = os.path.abspath(ARGS.probe_lib)
     names = ARGS.cells or (all_cells() if ARGS.full else CI_CELLS)
     cells = []
     for name in names:
@@ -632,7 +510,7 @@ def main():
                 "mpirun, which cannot reach host B's orted, gets 10 s before SIGKILL), and the processes left in host "
                 "B's namespace must end by themselves within %.0f s.\n\n"
                 % (END_LIMIT, PARTITION_LIMIT, PARTITION_LIMIT + 10) + table(cells) + "\n")
-        reldoc.write_section(os.path.abspath(ARGS.doc), "faults", body)
+        reldoc.write_section(ARGS.doc, "faults", body)
     if failed:
         return 1
     return 77 if skipped and skipped == len(cells) else 0

@@ -24,12 +24,9 @@ import tempfile
 import time
 import uuid
 
-SKIP = 77
-
-
-def skip(why):
-    print("skip: " + why)
-    sys.exit(SKIP)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import hvdtest  # noqa: E402
+from hvdtest import skip  # noqa: E402
 
 
 def fail(why, output=None):
@@ -61,32 +58,12 @@ def find_spark_home():
     return None
 
 
-def marked(marker):
-    """PIDs (with comm) of processes whose environment holds HVD_TEST_MARKER=marker."""
-    needle = ("HVD_TEST_MARKER=" + marker).encode()
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % p, "rb") as f:
-                env = f.read().split(b"\0")
-            if needle in env:
-                with open("/proc/%s/comm" % p) as f:
-                    out.append("%s:%s" % (p, f.read().strip()))
-        except OSError:
-            pass
-    return out
-
-
 def await_no_marked(marker, seconds, output):
-    deadline = time.time() + seconds
-    left = marked(marker)
-    while left and time.time() < deadline:
-        time.sleep(0.2)
-        left = marked(marker)
+    """Fails unless every process carrying the application's marker is gone within seconds
+    (those left are killed)."""
+    left = hvdtest.leftovers(marker, seconds, var=hvdtest.MARKER_VAR)
     if left:
-        fail("processes of the application outlived it: %s" % left, output)
+        fail("processes of the application outlived it:\n  " + "\n  ".join(left), output)
 
 
 def build_example(args, spark_home, work):
@@ -124,7 +101,7 @@ def spark_submit(args, spark_home, example_jar, work, marker, app_args, timeout)
         "SPARK_HOME": spark_home,
         "SPARK_LOCAL_IP": "127.0.0.1",           # the whole cluster on loopback
         "HVD_BIN_DIR": args.bin,
-        "HVD_TEST_MARKER": marker,               # inherited by everything the job starts
+        hvdtest.MARKER_VAR: marker,              # inherited by everything the job starts
     })
     if args.java_home:
         env["JAVA_HOME"] = args.java_home
@@ -142,19 +119,12 @@ def spark_submit(args, spark_home, example_jar, work, marker, app_args, timeout)
            "--jars", args.jar,
            "--class", "org.hvdbridge.spark.HvdSparkExample",
            example_jar] + app_args
-    t0 = time.time()
     try:
-        r = subprocess.run(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=timeout, start_new_session=True)
+        rc, out, _, took = hvdtest.run(cmd, env, timeout, work, merge=True, new_session=True)
     except subprocess.TimeoutExpired as e:
-        out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
-        for p in marked(marker):  # do not leave the cluster behind
-            try:
-                os.kill(int(p.split(":")[0]), 9)
-            except OSError:
-                pass
-        fail("spark-submit ran past %d s" % timeout, out)
-    return r.returncode, r.stdout, time.time() - t0
+        hvdtest.kill(hvdtest.processes_with(marker, hvdtest.MARKER_VAR))  # do not leave the cluster behind
+        fail("spark-submit ran past %d s" % timeout, (e.stdout or b"").decode(errors="replace"))
+    return rc, out, took
 
 
 def main():
@@ -207,7 +177,7 @@ def main():
             fail("want the results of ranks 0..3 in rank order, got %s" % [r[0] for r in ranks], out)
         jvms = {}
         for rank, task, host, status, text in ranks:
-            f = dict(kv.split("=", 1) for kv in text.split(" "))
+            f = hvdtest.parse_kv(text)
             if f["rank"] != rank or f["size"] != "4" or f["task"] != task or status != "0":
                 fail("rank %s reported %r" % (rank, text), out)
             if f["executor"] != "1" or f["jvm"] == "-1":

@@ -20,9 +20,12 @@ sshd gives its sessions, through SetEnv:
 import ctypes
 import os
 import signal
-import socket
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import hvdtest  # noqa: E402
 
 
 class SshdUnavailable(Exception):
@@ -32,34 +35,6 @@ class SshdUnavailable(Exception):
 def _die_with_parent():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _free_port(addrs):
-    for _ in range(50):
-        s = socket.socket()
-        s.bind((addrs[0], 0))
-        port = s.getsockname()[1]
-        s.close()
-        ok = True
-        for a in addrs:
-            t = socket.socket()
-            try:
-                t.bind((a, port))
-            except OSError:
-                ok = False
-            finally:
-                t.close()
-        if ok:
-            return port
-    raise SshdUnavailable("no port free on all of %s" % (addrs,))
-
-
-def _port_open(addr, port):
-    try:
-        socket.create_connection((addr, port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 class FakeSshHosts:
@@ -77,7 +52,9 @@ class FakeSshHosts:
         self.known_hosts = os.path.join(workdir, "known_hosts")
 
     def start(self):
-        self.port = _free_port(self.addrs)
+        self.port = hvdtest.free_port(self.addrs)
+        if self.port is None:
+            raise SshdUnavailable("no port free on all of %s" % (self.addrs,))
         for i, addr in enumerate(self.addrs):
             d = os.path.join(self.workdir, "host%d" % i)
             os.makedirs(os.path.join(d, "tmp"), mode=0o700)
@@ -100,14 +77,14 @@ class FakeSshHosts:
                    "HVD_FAKE_HOST=" + self.addrs[i], "OMPI_ALLOW_RUN_AS_ROOT=1",
                    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"]
             if self.mark:
-                env.append("HVD_E2E_MARK=" + self.mark)
+                env.append(hvdtest.MARK_VAR + "=" + self.mark)
             with open(os.path.join(d, "sshd_config"), "a") as f:
                 f.write("SetEnv %s\n" % " ".join(env))
         self.write_known_hosts(self.known_hosts)
         for i, d in enumerate(self.dirs):
             env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
             if self.mark:
-                env["HVD_E2E_MARK"] = self.mark
+                env[hvdtest.MARK_VAR] = self.mark
             log = open(os.path.join(d, "sshd.log"), "wb")
             proc = subprocess.Popen(["bash", self.script, "exec", d], env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log, preexec_fn=_die_with_parent)
@@ -116,7 +93,7 @@ class FakeSshHosts:
             self.pids.append(proc.pid)  # bash execs sshd: same pid
         deadline = time.time() + 10
         for i, addr in enumerate(self.addrs):
-            while not _port_open(addr, self.port):
+            while not hvdtest.port_open(addr, self.port):
                 if self.procs[i].poll() is not None or time.time() > deadline:
                     with open(os.path.join(self.dirs[i], "sshd.log"), errors="replace") as f:
                         log = f.read()
@@ -154,11 +131,7 @@ class FakeSshHosts:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            hvdtest.stop(p, 5)
         self.procs = []
 
 

@@ -28,7 +28,6 @@ case's HVD_E2E_MARK (the test's own processes get it from their environment, the
 from sshd's SetEnv), no sshd session process (a session left open), and no job directory in
 the hosts' TMPDIRs. Prints "N passed, M failed" last; exits 77 if sshd cannot run here.
 """
-import argparse
 import json
 import os
 import re
@@ -40,110 +39,24 @@ import tempfile
 import time
 import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+sys.path.insert(0, HERE)
+import hvdtest  # noqa: E402
 from fake_ssh_hosts import FakeSshHosts, SshdUnavailable  # noqa: E402
+from hvdtest import Failure, Skip, check  # noqa: E402
 
 ARGS = None
 
 
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-# ---- processes ---------------------------------------------------------------------------
-
-def processes_with(mark):
-    needle = ("HVD_E2E_MARK=" + mark).encode()
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
-def parent_of(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def descendants(roots):
-    """Processes below the given pids (sshd's session processes below the listeners)."""
-    roots = set(roots)
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        p, n = int(pid), 0
-        while p and p > 1 and n < 64:
-            p = parent_of(p)
-            n += 1
-            if p in roots:
-                found.append(int(pid))
-                break
-    return found
-
-
-def describe(pids):
-    out = []
-    for pid in pids:
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                out.append("%d: %s" % (pid, f.read().replace(b"\0", b" ").decode(errors="replace")[:200]))
-        except OSError:
-            pass
-    return out
-
-
 def assert_nothing_left(mark, hosts, wait_s=15):
+    """Nothing of the job may be left: no process with its mark, no sshd session process
+    (one below a listener: a session left open), no job directory in the hosts' TMPDIRs."""
     deadline = time.time() + wait_s
-    while True:
-        left = processes_with(mark) + descendants(hosts.pids)
-        dirs = [os.path.join(d, "tmp", n) for d in hosts.dirs for n in os.listdir(os.path.join(d, "tmp"))
-                if n.startswith("hvd-ssh.")]
-        if (not left and not dirs) or time.time() > deadline:
-            break
-        time.sleep(0.1)
-    desc = describe(left)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    check(not desc, "processes of the job left behind:\n  " + "\n  ".join(desc))
+    hvdtest.assert_no_leftovers(mark, wait_s, also=lambda: hvdtest.descendants(hosts.pids))
+    tmps = [os.path.join(d, "tmp") for d in hosts.dirs]
+    dirs = hvdtest.wait_gone(lambda: hvdtest.entries_left(tmps, "hvd-ssh."), deadline - time.time())
     check(not dirs, "job directories left on the hosts: %s" % dirs)
-
-
-# ---- running -----------------------------------------------------------------------------
-
-def marked_env(mark, **extra):
-    env = dict(os.environ)
-    env["HVD_E2E_MARK"] = mark
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    env["PATH"] = ARGS.bin + os.pathsep + env.get("PATH", "")
-    for k in ("HVD_SECRET", "HVD_SECRET_FILE", "HVD_DRIVER_ADDRS", "HVD_HOST_HASH", "SSH_AUTH_SOCK",
-              "HVD_RSH_VERBOSE"):
-        env.pop(k, None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
 
 
 SANITIZER = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error: |WARNING: ThreadSanitizer")
@@ -156,12 +69,10 @@ def no_sanitizer_reports(text):
 
 
 def run(cmd, env, timeout=120, cwd=None):
-    t0 = time.time()
-    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       stdin=subprocess.DEVNULL, timeout=timeout)
-    so, se = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    """hvdtest.run(), and no sanitizer report in the output."""
+    rc, so, se, dt = hvdtest.run(cmd, env, timeout, cwd)
     no_sanitizer_reports(so + se)
-    return p.returncode, so, se, time.time() - t0
+    return rc, so, se, dt
 
 
 class Case:
@@ -176,7 +87,7 @@ class Case:
         except SshdUnavailable as e:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise Skip(str(e))
-        self.env = marked_env(self.mark)
+        self.env = hvdtest.marked_env(self.mark, ARGS.bin)
         return self
 
     def __exit__(self, *exc):
@@ -255,20 +166,12 @@ def test_rsh_wrong_user_key():
 
 def test_rsh_unreachable_port():
     with Case() as c:
-        import socket
-        s = socket.socket()
-        s.bind(("127.0.0.2", 0))
-        closed = s.getsockname()[1]
-        s.close()
+        closed = hvdtest.free_port(("127.0.0.2",))
         refused(c, c.agent(port=closed), r"connect: .*Connection refused", hosts="127.0.0.2:1,127.0.0.3:1",
                 np_=2)
 
 
 # ---- hvd-driver --ssh-hosts --------------------------------------------------------------
-
-def parse_result(text):
-    return dict(kv.split("=", 1) for kv in text.split())
-
 
 def test_driver_ssh_hosts():
     with Case() as c:
@@ -281,7 +184,7 @@ def test_driver_ssh_hosts():
         check([r["rank"] for r in ranks] == [0, 1, 2, 3], "results in rank order: %s" % ranks)
         for r in ranks:
             check(r["reported"] and r["status"] == 0, "rank %d succeeded: %s" % (r["rank"], r))
-            info = parse_result(r["result_text"])
+            info = hvdtest.parse_kv(r["result_text"])
             check(int(info["rank"]) == r["rank"] and info["size"] == "4", "rank %d's result: %s" % (r["rank"], info))
             check(int(info["task"]) == r["rank"], "rank %d stands for task %s" % (r["rank"], info["task"]))
             first = (r["rank"] // 2) * 2
@@ -300,6 +203,11 @@ def test_driver_failing_rank():
         check(re.search(r"job failed: rank 1 \(task 1", se), "the failed rank is named:\n" + se)
 
 
+def job_commands(c):
+    """The command lines of the case's job's processes."""
+    return [p.cmdline for p in hvdtest.processes_with(c.mark).values()]
+
+
 def start_sleeping_job(c):
     """hvd-driver running `sleep 300` on 4 ranks; returns the Popen once all 4 sleep."""
     p = subprocess.Popen(c.driver("--", "sleep", "300"), env=c.env, cwd=c.tmp, stdin=subprocess.DEVNULL,
@@ -307,7 +215,7 @@ def start_sleeping_job(c):
     deadline = time.time() + 60
     sleeping = []
     while len(sleeping) < 4 and time.time() < deadline and p.poll() is None:
-        sleeping = [l for l in describe(processes_with(c.mark)) if l.split(": ", 1)[1].startswith("sleep 300")]
+        sleeping = [cmd for cmd in job_commands(c) if cmd.startswith("sleep 300")]
         time.sleep(0.1)
     if len(sleeping) < 4:
         p.kill()
@@ -319,14 +227,9 @@ def start_sleeping_job(c):
 def check_secret_hidden(mark):
     """The job secret is in the remote tasks' environment, and on no command line."""
     secret = None
-    for pid in processes_with(mark):
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        except OSError:
-            continue
-        if b"HVD_SSH_JOB" in env and b"HVD_SECRET" in env:
-            secret = env[b"HVD_SECRET"]
+    for p in hvdtest.processes_with(mark).values():
+        if "HVD_SSH_JOB" in p.env and "HVD_SECRET" in p.env:
+            secret = p.env["HVD_SECRET"].encode()
     check(secret and len(secret) == 44, "the remote tasks have the secret in their environment")
     for pid in os.listdir("/proc"):
         try:
@@ -346,9 +249,7 @@ def test_driver_interrupt():
             so, se = p.communicate(timeout=60)
             dt = time.time() - t0
         finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            hvdtest.stop(p, 0)
         no_sanitizer_reports((so + se).decode(errors="replace"))
         check(p.returncode != 0, "hvd-driver exits non-zero after SIGINT")
         check(dt < 30, "hvd-driver took %.1f s to stop after SIGINT" % dt)
@@ -374,7 +275,7 @@ def test_driver_sweep():
             token = None
             deadline = time.time() + 30
             while not token and time.time() < deadline and p.poll() is None:
-                for l in describe(processes_with(c.mark)):
+                for l in job_commands(c):
                     m = re.search(r"HVD_SSH_JOB=([0-9a-f]{16})", l)
                     if m:
                         token = m.group(1)
@@ -386,16 +287,9 @@ def test_driver_sweep():
             so, se = p.communicate(timeout=90)
             se = se.decode(errors="replace")
         finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            if stray:
-                try:
-                    stray.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    stray.kill()
-                    stray.wait()
-                    raise Failure("the sweep left the stray process running")
+            hvdtest.stop(p, 0)
+            if stray and not hvdtest.stop(stray, 10):
+                raise Failure("the sweep left the stray process running")
         no_sanitizer_reports(se)
         check(p.returncode == 0, "hvd-driver exited %d:\n%s" % (p.returncode, se))
         check(stray.returncode == -signal.SIGKILL, "the stray process was SIGKILLed: %s" % stray.returncode)
@@ -412,12 +306,18 @@ def silent_listener(c):
     return s
 
 
+def driver_with_silent_host(c):
+    """hvd-driver running `true` on 127.0.0.2 and on 127.0.0.4 (silent_listener)."""
+    cmd = c.driver("--", "true")
+    cmd[cmd.index("--ssh-hosts") + 1] = "127.0.0.2:2,127.0.0.4:2"
+    return cmd
+
+
 def test_driver_unresponsive_host():
     with Case() as c:
         s = silent_listener(c)
         try:
-            cmd = c.driver("--", "true")
-            cmd[cmd.index("--ssh-hosts") + 1] = "127.0.0.2:2,127.0.0.4:2"
+            cmd = driver_with_silent_host(c)
             cmd[cmd.index("--start-timeout") + 1] = "3"
             rc, so, se, dt = run(cmd, c.env, cwd=c.tmp, timeout=60)
         finally:
@@ -431,14 +331,12 @@ def test_driver_interrupt_starting():
     with Case() as c:
         s = silent_listener(c)
         try:
-            cmd = c.driver("--", "true")
-            cmd[cmd.index("--ssh-hosts") + 1] = "127.0.0.2:2,127.0.0.4:2"
-            p = subprocess.Popen(cmd, env=c.env, cwd=c.tmp, stdin=subprocess.DEVNULL,
+            p = subprocess.Popen(driver_with_silent_host(c), env=c.env, cwd=c.tmp, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             deadline = time.time() + 30
             tasks = []
             while len(tasks) < 2 and time.time() < deadline and p.poll() is None:
-                tasks = [l for l in describe(processes_with(c.mark)) if "hvd-task --driver" in l]
+                tasks = [l for l in job_commands(c) if "hvd-task --driver" in l]
                 time.sleep(0.1)
             check(len(tasks) == 2, "the tasks of 127.0.0.2 run: %s" % tasks)
             t0 = time.time()
@@ -447,9 +345,7 @@ def test_driver_interrupt_starting():
             dt = time.time() - t0
         finally:
             s.close()
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            hvdtest.stop(p, 0)
         se = se.decode(errors="replace")
         no_sanitizer_reports(se)
         check(p.returncode != 0, "hvd-driver exits non-zero after SIGINT")
@@ -475,41 +371,17 @@ def test_driver_bad_bin_dir():
         check("/nonexistent/bin/hvd-task" in se and "--ssh-bin-dir" in se, "the reason helps:\n" + se)
 
 
-CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("test_")}
+CASES = hvdtest.cases_in(globals())
 
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--sshd-script", required=True)
-    ap.add_argument("--probe-lib", required=True)
-    ap.add_argument("--mpi-prog", required=True)
+    ap = hvdtest.arg_parser("--bin", "--sshd-script", "--probe-lib", "--mpi-prog")
     ap.add_argument("cases", nargs="*")
     ARGS = ap.parse_args()
-    for k in ("bin", "sshd_script", "probe_lib", "mpi_prog"):
-        setattr(ARGS, k, os.path.abspath(getattr(ARGS, k)))
-    names = ARGS.cases or sorted(CASES)
-    passed = failed = skipped = 0
     if not shutil.which("mpirun"):
-        print("skip: mpirun not found")
-        return 77
-    for name in names:
-        t0 = time.time()
-        try:
-            CASES[name]()
-            passed += 1
-            print("ok   %s (%.1f s)" % (name, time.time() - t0), flush=True)
-        except Skip as e:
-            skipped += 1
-            print("skip %s: %s" % (name, e), flush=True)
-        except (Failure, subprocess.TimeoutExpired, OSError) as e:
-            failed += 1
-            print("FAIL %s (%.1f s): %s" % (name, time.time() - t0, e), flush=True)
-    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-    if failed:
-        return 1
-    return 77 if skipped and not passed else 0
+        hvdtest.skip("mpirun not found")
+    return hvdtest.run_cases(CASES, ARGS.cases)
 
 
 if __name__ == "__main__":

@@ -37,14 +37,12 @@ a job does not end as expected, or when a process of a job is left behind.
 Exit status: 0 passed, 1 failed, 77 skipped (no valgrind or mpirun, or a sanitizer build:
 HVD_SANITIZE set in the environment, valgrind and ASan/TSan do not mix).
 """
-import argparse
 import datetime
 import glob
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -52,7 +50,9 @@ import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, "..", "faults"))
+import hvdtest  # noqa: E402
 import reldoc  # noqa: E402
 
 ARGS = None
@@ -90,53 +90,6 @@ def make_wrappers(wrap_dir, log_dir):
             f.write("#!/bin/sh\n# Runs %s under valgrind memcheck (tests/valgrind).\nexec %s \"$@\"\n"
                     % (p, " ".join(sh_quote(a) for a in argv)))
         os.chmod(path, 0o755)
-
-
-def marked_env(mark, tmpdir, wrap_dir):
-    env = dict(os.environ)
-    env["HVD_E2E_MARK"] = mark
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    env["PATH"] = ARGS.bin + os.pathsep + env.get("PATH", "")
-    env["TMPDIR"] = tmpdir
-    env["HVD_BIN_DIR"] = wrap_dir
-    for k in ("HVD_SECRET", "HVD_SECRET_FILE", "HVD_DRIVER_ADDRS", "HVD_HOST_HASH"):
-        env.pop(k, None)
-    return env
-
-
-def processes_with(mark):
-    needle = ("HVD_E2E_MARK=" + mark).encode()
-    found = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % d, "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open("/proc/%s/stat" % d) as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                found[int(d)] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, IndexError):
-            continue
-    return found
-
-
-def leftovers(mark, wait_s=15):
-    deadline = time.time() + wait_s
-    left = processes_with(mark)
-    while left and time.time() < deadline:
-        time.sleep(0.2)
-        left = processes_with(mark)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    return ["%d: %s" % (p, c[:160]) for p, c in sorted(left.items())]
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,10 +219,9 @@ def run_job(name, arg, expect, lib, tally):
            (["--entry-arg", arg] if arg else []))
     problems = []
     t0 = time.time()
+    env = hvdtest.marked_env(mark, ARGS.bin, TMPDIR=tdir, HVD_BIN_DIR=wrap_dir)
     try:
-        p = subprocess.run(cmd, env=marked_env(mark, tdir, wrap_dir), cwd=work, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=JOB_TIMEOUT)
-        rc, stderr = p.returncode, p.stderr.decode(errors="replace")
+        rc, _, stderr, _ = hvdtest.run(cmd, env, JOB_TIMEOUT, work)
     except subprocess.TimeoutExpired as e:
         rc, stderr = None, (e.stderr or b"").decode(errors="replace")
         problems.append("%s: the job did not end within %d s" % (name, JOB_TIMEOUT))
@@ -293,7 +245,7 @@ def run_job(name, arg, expect, lib, tally):
                 problems.append("%s: rank 3 is not reported as failed: %s" % (name, ranks))
         except (OSError, ValueError, KeyError) as e:
             problems.append("%s: no usable results file: %r\n%s" % (name, e, stderr[-3000:]))
-    left = leftovers(mark)
+    left = hvdtest.leftovers(mark, 15)
     if left:
         problems.append("%s: processes of the job left behind:\n  %s" % (name, "\n  ".join(left)))
     logs = load_logs(log_dir)
@@ -363,29 +315,21 @@ def doc_body(tally, jobs, version, failed, elapsed):
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--probe-lib", required=True)
+    ap = hvdtest.arg_parser("--bin", "--probe-lib")
     ap.add_argument("--valgrind", default="valgrind")
-    ap.add_argument("--write-doc", action="store_true")
-    ap.add_argument("--doc", default=os.path.join(HERE, "..", "..", "docs", "reliability.md"))
+    reldoc.add_options(ap)
     ap.add_argument("--keep", action="store_true", help="keep the logs of every job")
     ap.add_argument("jobs", nargs="*")
     ARGS = ap.parse_args()
-    ARGS.bin = os.path.abspath(ARGS.bin)
-    ARGS.probe_lib = os.path.abspath(ARGS.probe_lib)
     if os.environ.get("HVD_SANITIZE"):
-        print("skip: sanitizer build (HVD_SANITIZE=%s): valgrind does not run sanitized programs"
-              % os.environ["HVD_SANITIZE"])
-        return 77
+        hvdtest.skip("sanitizer build (HVD_SANITIZE=%s): valgrind does not run sanitized programs"
+                     % os.environ["HVD_SANITIZE"])
     vg = shutil.which(ARGS.valgrind)
     if not vg:
-        print("skip: valgrind is not installed (scripts/install-deps.sh installs it)")
-        return 77
+        hvdtest.skip("valgrind is not installed (scripts/install-deps.sh installs it)")
     ARGS.valgrind = vg
     if not shutil.which("mpirun"):
-        print("skip: mpirun is not installed")
-        return 77
+        hvdtest.skip("mpirun is not installed")
     version = subprocess.run([vg, "--version"], stdout=subprocess.PIPE).stdout.decode().strip()
     names = ARGS.jobs or list(JOBS)
     tally, failed = {}, 0
@@ -408,7 +352,7 @@ def main():
                       t["indirectly_lost"], t["possibly_lost"], t["still_reachable"]))
     print("%d passed, %d failed (%.1f s)" % (len(names) - failed, failed, elapsed))
     if ARGS.write_doc:
-        reldoc.write_section(os.path.abspath(ARGS.doc), "valgrind",
+        reldoc.write_section(ARGS.doc, "valgrind",
                              doc_body(tally, names, version, failed, elapsed))
     return 1 if failed else 0
 
