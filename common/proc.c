@@ -80,9 +80,11 @@ struct keeper {
     int ctl;                 /* keeper's end of the control socket (the lifeline) */
     int out_w, err_w;        /* the child's stdout/stderr: pipe write ends, or passed fds */
     int done_w;              /* write end of the done pipe (exit fd without pidfd), or -1 */
-    pid_t self;              /* the keeper's own pid */
-    pid_t shell;             /* the command child's pid */
-    size_t n_tracked;        /* used entries of tracked[] */
+    int extra[HVD_PROC_MAX_EXTRA_FDS]; /* the command's descriptors 3.. (spec.extra_fds) */
+    int n_extra;
+    pid_t self;                        /* the keeper's own pid */
+    pid_t shell;                       /* the command child's pid */
+    size_t n_tracked;                  /* used entries of tracked[] */
     pid_t tracked[KEEPER_MAX_TRACKED]; /* the keeper and its descendants found so far */
     _Alignas(8) char dents[8192];      /* getdents64 buffer */
 };
@@ -321,7 +323,14 @@ __attribute__((noreturn)) static void shell_main(const struct keeper *k, int syn
         child_report(k->err_w, "set up stdio for", k->path, errno);
         child_exit(127);
     }
-    close_from(3, k->fallbacks);
+    /* The extra descriptors sit above the keeper's four (keeper_fds), so moving them down in
+     * order never overwrites one not yet moved. dup2 clears close-on-exec. */
+    for (int i = 0; i < k->n_extra; i++)
+        if (dup2(k->extra[i], 3 + i) < 0) {
+            child_report(2, "pass a descriptor to", k->path, errno);
+            child_exit(127);
+        }
+    close_from(3 + k->n_extra, k->fallbacks);
     if (k->cwd && chdir(k->cwd) != 0) {
         child_report(2, "change to directory", k->cwd, errno);
         child_exit(127);
@@ -377,12 +386,16 @@ static int keeper_setup(struct keeper *k) {
     prctl(PR_SET_NAME, "hvd-keeper"); /* for ps/top; argv still shows the owner's */
     k->self = getpid();
 
-    int fds[4] = {k->ctl, k->out_w, k->err_w, k->done_w};
-    int r = keeper_fds(fds, 4, k->fallbacks);
+    int fds[4 + HVD_PROC_MAX_EXTRA_FDS] = {k->ctl, k->out_w, k->err_w, k->done_w};
+    for (int i = 0; i < k->n_extra; i++)
+        fds[4 + i] = k->extra[i];
+    int r = keeper_fds(fds, 4 + k->n_extra, k->fallbacks);
     k->ctl = fds[0];
     k->out_w = fds[1];
     k->err_w = fds[2];
     k->done_w = fds[3];
+    for (int i = 0; i < k->n_extra; i++)
+        k->extra[i] = fds[4 + i];
     if (r < 0) {
         send_msg(k->ctl, MSG_FAIL, r == -1 ? STEP_FDS : STEP_DEVNULL, errno);
         child_exit(127);
@@ -422,8 +435,12 @@ static void keeper_spawn(struct keeper *k) {
     }
     close(sync[0]);
     send_msg(k->ctl, MSG_PID, k->shell, 0);
+    /* Only the command holds its output and extra descriptors now: their readers see
+     * end-of-file when it and its descendants are done with them. */
     close(k->out_w);
     close(k->err_w);
+    for (int i = 0; i < k->n_extra; i++)
+        close(k->extra[i]);
 }
 
 /* Reaps everything that has exited; once the command child and every descendant are gone, the
@@ -599,6 +616,13 @@ static int check_spec(const hvd_proc_spec *spec, hvd_err *err) {
                            "cannot start a command: negative grace period %d ms", spec->grace_ms);
     if ((spec->pass_stdout && spec->stdout_fd < 0) || (spec->pass_stderr && spec->stderr_fd < 0))
         return hvd_err_set(err, HVD_E_INVALID, "cannot start a command: bad output descriptor");
+    if (spec->n_extra_fds < 0 || spec->n_extra_fds > HVD_PROC_MAX_EXTRA_FDS ||
+        (spec->n_extra_fds && !spec->extra_fds))
+        return hvd_err_set(err, HVD_E_INVALID, "cannot start a command: %d extra descriptors",
+                           spec->n_extra_fds);
+    for (int i = 0; i < spec->n_extra_fds; i++)
+        if (spec->extra_fds[i] < 0)
+            return hvd_err_set(err, HVD_E_INVALID, "cannot start a command: bad extra descriptor");
     if (!spec->cwd) return 0;
     struct stat st;
     const char *why = NULL;
@@ -690,6 +714,9 @@ static void keeper_prepare(struct keeper *k, const hvd_proc_spec *spec, char *pa
     k->out_w = spec->pass_stdout ? spec->stdout_fd : ch->out[1];
     k->err_w = spec->pass_stderr ? spec->stderr_fd : ch->errp[1];
     k->done_w = ch->done[1];
+    k->n_extra = spec->n_extra_fds;
+    for (int i = 0; i < k->n_extra; i++)
+        k->extra[i] = spec->extra_fds[i];
 }
 
 /* Forks the keeper with every signal blocked (no handler of ours may run in the child before

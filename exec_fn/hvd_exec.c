@@ -9,15 +9,20 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/env.h"
+#include "common/io.h"
+#include "common/proc.h"
+#include "common/sig.h"
+#include "common/strv.h"
 #include "hvd/entry.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
@@ -75,12 +80,6 @@ static int fail(const char *fmt, const char *what) {
 
 /* ---- Running a program ------------------------------------------------------------------ */
 
-static pid_t child_pid = -1;
-
-static void forward_signal(int sig) {
-    if (child_pid > 0) kill(child_pid, sig);
-}
-
 /* Keeps the last bytes written to stderr so a failure can quote them. */
 typedef struct tail {
     char buf[1024];
@@ -115,75 +114,80 @@ static void tail_last_line(const tail *t, char *out, size_t cap) {
     out[n] = '\0';
 }
 
-static void set_env_int(const char *name, int v) {
-    char buf[16];
-    snprintf(buf, sizeof buf, "%d", v);
-    setenv(name, buf, 1);
+/* The program's environment: ours, with the rank's variables. NULL on out of memory. */
+static char **program_env(const rank_info *ri) {
+    char rank[16], size[16], lrank[16], lsize[16], index[16];
+    snprintf(rank, sizeof rank, "%d", ri->rank);
+    snprintf(size, sizeof size, "%d", ri->size);
+    snprintf(lrank, sizeof lrank, "%d", ri->local_rank);
+    snprintf(lsize, sizeof lsize, "%d", ri->local_size);
+    snprintf(index, sizeof index, "%u", ri->index);
+    char *gpus = hvd_strv_join((const char *const *)ri->task.gpus.v, ",");
+    if (!gpus) return NULL;
+    hvd_env_change ch[] = {{"HOROVOD_RANK", rank},        {"HOROVOD_SIZE", size},
+                           {"HOROVOD_LOCAL_RANK", lrank}, {"HOROVOD_LOCAL_SIZE", lsize},
+                           {HVD_TASK_INDEX_ENV, index},   {"HVD_GPUS", gpus}};
+    extern char **environ;
+    char **envp = hvd_env_build(environ, ch, sizeof ch / sizeof *ch, NULL);
+    free(gpus);
+    return envp;
 }
 
-static int run_program(const rank_info *ri, const hvd_code_msg *code, int *status, char *error,
-                       size_t error_cap) {
-    set_env_int("HOROVOD_RANK", ri->rank);
-    set_env_int("HOROVOD_SIZE", ri->size);
-    set_env_int("HOROVOD_LOCAL_RANK", ri->local_rank);
-    set_env_int("HOROVOD_LOCAL_SIZE", ri->local_size);
-    set_env_int(HVD_TASK_INDEX_ENV, (int)ri->index);
-    char gpus[256] = "";
-    for (size_t i = 0; i < ri->task.gpus.n; i++) {
-        size_t used = strlen(gpus);
-        snprintf(gpus + used, sizeof gpus - used, "%s%s", i ? "," : "", ri->task.gpus.v[i]);
-    }
-    setenv("HVD_GPUS", gpus, 1);
-
-    int errp[2];
-    if (pipe2(errp, O_CLOEXEC) != 0) return fail("cannot create a pipe: %s", strerror(errno));
-    pid_t parent = getpid();
-    child_pid = fork();
-    if (child_pid < 0) return fail("cannot fork: %s", strerror(errno));
-    if (child_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(137);
-        dup2(errp[1], STDERR_FILENO);
-        execvp(code->argv.v[0], code->argv.v);
-        fprintf(stderr, "cannot run %s: %s\n", code->argv.v[0], strerror(errno));
-        _exit(127);
-    }
-    close(errp[1]);
-    struct sigaction sa = {.sa_handler = forward_signal};
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    /* Pass stderr through as it comes, keeping its tail for the error text. */
-    tail t = {.len = 0};
+/* Passes the program's stderr through as it comes, keeping its tail; a signal to us aborts the
+ * program (SIGTERM to all of it, SIGKILL after the grace period). */
+static void pump_stderr(hvd_proc *p, int sig_fd, tail *t) {
+    int fd = hvd_proc_stderr_fd(p);
     char buf[4096];
-    for (;;) {
-        ssize_t n = read(errp[0], buf, sizeof buf);
+    while (fd >= 0) {
+        struct pollfd pf[2] = {{.fd = fd, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+        if (poll(pf, sig_fd >= 0 ? 2 : 1, -1) < 0) continue;
+        if (pf[1].revents && hvd_signals_next(sig_fd)) hvd_proc_abort(p);
+        if (!pf[0].revents) continue;
+        ssize_t n = read(fd, buf, sizeof buf);
         if (n > 0) {
-            (void)!write(STDERR_FILENO, buf, (size_t)n);
-            tail_add(&t, buf, (size_t)n);
-        } else if (n < 0 && errno == EINTR) {
-            continue;
-        } else {
-            break;
+            (void)hvd_write_all(STDERR_FILENO, buf, (size_t)n);
+            tail_add(t, buf, (size_t)n);
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+            fd = -1; /* end-of-file: the program and its children closed it */
         }
     }
-    close(errp[0]);
-    int ws;
-    while (waitpid(child_pid, &ws, 0) < 0 && errno == EINTR) {
+}
+
+/* The error text of a program that failed: how it ended and its last line on stderr. */
+static void program_error(const char *prog, int status, const tail *t, char *error, size_t cap) {
+    char last[512];
+    tail_last_line(t, last, sizeof last);
+    if (status > 128 && status < 128 + 65)
+        snprintf(error, cap, "%s was killed by signal %d%s%s", prog, status - 128,
+                 *last ? ": " : "", last);
+    else
+        snprintf(error, cap, "%s exited with status %d%s%s", prog, status, *last ? ": " : "", last);
+}
+
+/* Runs the program entry point through the process runner (stdout passed through, stderr
+ * watched). Returns 0 with its status (and error text when it failed), or -1 if it could not
+ * be started. */
+static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd, int *status,
+                       char *error, size_t error_cap) {
+    char **envp = program_env(ri);
+    if (!envp) {
+        snprintf(error, error_cap, "out of memory");
+        return -1;
     }
-    *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    if (*status != 0) {
-        char last[512];
-        tail_last_line(&t, last, sizeof last);
-        if (WIFSIGNALED(ws))
-            snprintf(error, error_cap, "%s was killed by signal %d%s%s", code->argv.v[0],
-                     WTERMSIG(ws), *last ? ": " : "", last);
-        else
-            snprintf(error, error_cap, "%s exited with status %d%s%s", code->argv.v[0], *status,
-                     *last ? ": " : "", last);
+    hvd_proc_spec spec = {.argv = code->argv.v, .envp = envp, .pass_stdout = true, .stdout_fd = 1};
+    hvd_err err;
+    hvd_proc *p = hvd_proc_start(&spec, &err);
+    hvd_env_free(envp);
+    if (!p) {
+        snprintf(error, error_cap, "%s", err.msg);
+        return -1;
     }
+    tail t = {.len = 0};
+    pump_stderr(p, sig_fd, &t);
+    while (hvd_proc_wait(p, -1, status) > 0) {
+    }
+    hvd_proc_free(p);
+    if (*status != 0) program_error(code->argv.v[0], *status, &t, error, error_cap);
     return 0;
 }
 
@@ -278,6 +282,66 @@ static void report(const rank_info *ri, int status, const uint8_t *data, size_t 
     hvd_secret_wipe(&secret);
 }
 
+/* ---- The rank's life --------------------------------------------------------------------- */
+
+/* The rank's numbers and host hash from the environment orted gives it. Returns 0, or the
+ * exit status after printing why. */
+static int rank_from_env(rank_info *ri) {
+    if (env_int("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", &ri->rank) != 0)
+        return fail("%s is not set: hvd-exec must be started by mpirun (or with HOROVOD_RANK)",
+                    "OMPI_COMM_WORLD_RANK");
+    if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", &ri->local_rank) != 0)
+        return fail("%s is not set", "OMPI_COMM_WORLD_LOCAL_RANK (or HOROVOD_LOCAL_RANK)");
+    if (env_int("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", &ri->size) != 0) ri->size = 0;
+    if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", &ri->local_size) != 0)
+        ri->local_size = 0;
+    ri->host_hash = getenv(HVD_HOSTNAME_ENV);
+    if (!ri->host_hash || !*ri->host_hash)
+        return fail("%s is not set: hvd-exec must run under a task service's orted",
+                    HVD_HOSTNAME_ENV);
+    return 0;
+}
+
+/* Tells the driver which rank this is, learns its task and the task's entry (GPUs, work
+ * dir), and fetches the job's entry point. Returns 0, or the exit status. */
+static int fetch_job(rank_info *ri, hvd_code_msg *code) {
+    hvd_err err;
+    hvd_client *driver = hvd_driver_connect_env(NULL, &err);
+    if (!driver) return fail("%s", err.msg);
+    hvd_local_rank_msg lr = {.host_hash = (char *)ri->host_hash,
+                             .local_rank = (uint32_t)ri->local_rank,
+                             .rank = (uint32_t)ri->rank};
+    hvd_index_msg idx, iq;
+    int rc = hvd_client_call(driver, &hvd_set_local_rank_desc, &lr, &hvd_index_desc, &idx, 0,
+                             HVD_CALL_RETRY, &err);
+    if (rc == 0) {
+        ri->index = iq.index = idx.index;
+        rc = hvd_client_call(driver, &hvd_task_info_req_desc, &iq, &hvd_task_info_desc, &ri->task,
+                             0, HVD_CALL_RETRY, &err);
+    }
+    if (rc == 0)
+        rc = hvd_client_call(driver, &hvd_code_req_desc, NULL, &hvd_code_desc, code, 0,
+                             HVD_CALL_RETRY, &err);
+    hvd_client_close(driver); /* the entry point may run for days: reconnect to report */
+    return rc == 0 ? 0 : fail("%s", err.msg);
+}
+
+/* Runs the entry point. Returns its status, with result bytes and error text in res. */
+static int run_entry(const rank_info *ri, const hvd_code_msg *code, int sig_fd,
+                     hvd_entry_result *res) {
+    int status = 1;
+    if (code->kind == HVD_CODE_ARGV && code->argv.n > 0) {
+        if (run_program(ri, code, sig_fd, &status, res->error, sizeof res->error) != 0)
+            status = 127;
+    } else if (code->kind == HVD_CODE_SHARED_OBJECT && code->symbol) {
+        if (run_object(ri, code, &status, res) != 0) status = 127;
+    } else {
+        snprintf(res->error, sizeof res->error, "the driver sent an empty entry point (kind %u)",
+                 code->kind);
+    }
+    return status;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) {
         if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -292,64 +356,23 @@ int main(int argc, char **argv) {
     if (getppid() != parent) return 1;
 
     rank_info ri = {0};
-    if (env_int("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", &ri.rank) != 0)
-        return fail("%s is not set: hvd-exec must be started by mpirun (or with HOROVOD_RANK)",
-                    "OMPI_COMM_WORLD_RANK");
-    if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", &ri.local_rank) != 0)
-        return fail("%s is not set", "OMPI_COMM_WORLD_LOCAL_RANK (or HOROVOD_LOCAL_RANK)");
-    if (env_int("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", &ri.size) != 0) ri.size = 0;
-    if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", &ri.local_size) != 0)
-        ri.local_size = 0;
-    ri.host_hash = getenv(HVD_HOSTNAME_ENV);
-    if (!ri.host_hash || !*ri.host_hash)
-        return fail("%s is not set: hvd-exec must run under a task service's orted",
-                    HVD_HOSTNAME_ENV);
-
-    hvd_err err;
-    hvd_client *driver = hvd_driver_connect_env(NULL, &err);
-    if (!driver) return fail("%s", err.msg);
-    hvd_local_rank_msg lr = {.host_hash = (char *)ri.host_hash,
-                             .local_rank = (uint32_t)ri.local_rank,
-                             .rank = (uint32_t)ri.rank};
-    hvd_index_msg idx;
-    hvd_index_msg iq;
-    hvd_code_msg code;
-    if (hvd_client_call(driver, &hvd_set_local_rank_desc, &lr, &hvd_index_desc, &idx, 0,
-                        HVD_CALL_RETRY, &err) != 0) {
-        hvd_client_close(driver);
-        return fail("%s", err.msg);
+    hvd_code_msg code = {0};
+    int rc = rank_from_env(&ri);
+    if (rc == 0) rc = fetch_job(&ri, &code);
+    if (rc != 0) {
+        hvd_msg_free(&hvd_task_info_desc, &ri.task);
+        return rc;
     }
-    ri.index = idx.index;
-    iq.index = ri.index;
-    if (hvd_client_call(driver, &hvd_task_info_req_desc, &iq, &hvd_task_info_desc, &ri.task, 0,
-                        HVD_CALL_RETRY, &err) != 0 ||
-        hvd_client_call(driver, &hvd_code_req_desc, NULL, &hvd_code_desc, &code, 0, HVD_CALL_RETRY,
-                        &err) != 0) {
-        hvd_client_close(driver);
-        return fail("%s", err.msg);
-    }
-    hvd_client_close(driver); /* the entry point may run for days: reconnect to report */
-
     /* The executor's work dir: orted starts ranks in mpirun's directory. */
     const char *wd = getenv(HVD_WORK_DIR_ENV);
     if (!wd || !*wd) wd = ri.task.work_dir;
     if (wd && *wd && chdir(wd) != 0)
         fprintf(stderr, "hvd-exec: rank %d: cannot change into %s: %s\n", ri.rank, wd,
                 strerror(errno));
-
-    int status = 1;
+    /* orted aborts ranks with SIGTERM: passed on to a program entry point. */
+    int sig_fd = hvd_signals_install(NULL);
     hvd_entry_result res = {.data = NULL};
-    if (code.kind == HVD_CODE_ARGV && code.argv.n > 0) {
-        if (run_program(&ri, &code, &status, res.error, sizeof res.error) != 0) {
-            status = 1;
-            snprintf(res.error, sizeof res.error, "hvd-exec could not start %s", code.argv.v[0]);
-        }
-    } else if (code.kind == HVD_CODE_SHARED_OBJECT && code.symbol) {
-        if (run_object(&ri, &code, &status, &res) != 0) status = 127;
-    } else {
-        snprintf(res.error, sizeof res.error, "the driver sent an empty entry point (kind %u)",
-                 code.kind);
-    }
+    int status = run_entry(&ri, &code, sig_fd, &res);
     if (status != 0) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
     report(&ri, status, res.data, res.len, res.error);
     free(res.data);

@@ -1,7 +1,9 @@
 /* hvd-task: the task service of one executor slot, as a daemon (libhvd_task's life cycle:
  * start, run, stop). See usage() for what it does and the exit statuses. */
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -9,6 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/sig.h"
+#include "common/strv.h"
+#include "hvd/defaults.h"
 #include "hvd/proto.h"
 #include "hvd/task.h"
 
@@ -89,6 +94,7 @@ static void usage(FILE *f) {
           "    HVD_SECRET           the job secret as base64 (44 characters).\n"
           "    HVD_SECRET_FILE      file holding the secret, if HVD_SECRET is not set.\n"
           "    HVD_HOST_HASH        overrides the computed host hash.\n"
+          "    HVD_NET_TIMEOUT      default for --net-timeout, in seconds.\n"
           "    CUDA_VISIBLE_DEVICES default for --gpus.\n"
           "    CONTAINER_ID         salts the computed host hash (YARN containers).\n"
           "\n"
@@ -128,35 +134,71 @@ static void log_line(void *user, int level, const char *line) {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static hvd_task *g_task; /* the running task, for the signal thread */
 static bool g_done;      /* hvd_task_run returned: signals no longer abort */
-static int g_signal;     /* the first signal received */
 
+/* One signal, on the signal thread: abort the command, or leave while nothing runs yet. */
+static void on_signal(int sig) {
+    pthread_mutex_lock(&g_lock);
+    bool first = hvd_signals_first() == sig;
+    if (!g_task && !g_done) {
+        /* Still starting: no command can be running, nothing to clean up. */
+        fprintf(stderr, "hvd-task[%u]: got %s while starting: exiting\n", g_index, strsignal(sig));
+        _exit(128 + sig);
+    }
+    if (g_task && first) {
+        fprintf(stderr, "hvd-task[%u]: got %s: aborting\n", g_index, strsignal(sig));
+        hvd_task_abort(g_task);
+    } else if (!g_task) {
+        fprintf(stderr, "hvd-task[%u]: got %s while stopping: already ending\n", g_index,
+                strsignal(sig));
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Reads the process's signal pipe (common/sig.h) for the whole life of the process. */
 static void *signal_main(void *arg) {
-    sigset_t *set = arg;
+    int fd = *(int *)arg;
     for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, -1) <= 0) continue;
         int sig;
-        if (sigwait(set, &sig) != 0) continue;
-        pthread_mutex_lock(&g_lock);
-        bool first = g_signal == 0;
-        if (first) g_signal = sig;
-        if (!g_task && !g_done) {
-            /* Still starting: no command can be running, nothing to clean up. */
-            fprintf(stderr, "hvd-task[%u]: got %s while starting: exiting\n", g_index,
-                    strsignal(sig));
-            _exit(128 + sig);
-        }
-        if (g_task && first) {
-            fprintf(stderr, "hvd-task[%u]: got %s: aborting\n", g_index, strsignal(sig));
-            hvd_task_abort(g_task);
-        } else if (!g_task) {
-            fprintf(stderr, "hvd-task[%u]: got %s while stopping: already ending\n", g_index,
-                    strsignal(sig));
-        }
-        pthread_mutex_unlock(&g_lock);
+        while ((sig = hvd_signals_next(fd)) != 0)
+            on_signal(sig);
     }
     return NULL;
 }
 
+/* Installs the signal pipe and starts its thread; the threads started later take no signal.
+ * Returns 0, or -1 after printing why. */
+static int start_signals(void) {
+    static int fd;
+    hvd_err err;
+    if ((fd = hvd_signals_install(&err)) < 0) {
+        fprintf(stderr, "hvd-task[%u]: %s\n", g_index, err.msg);
+        return -1;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_t t;
+    if (pthread_create(&t, NULL, signal_main, &fd) != 0) {
+        fprintf(stderr, "hvd-task[%u]: cannot start the signal thread\n", g_index);
+        return -1;
+    }
+    /* Only the signal thread takes the signals (its handler writes the pipe it reads): this
+     * thread and the service's threads, created after this, inherit the mask. */
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    return 0;
+}
+
 /* ---- Options --------------------------------------------------------------------------------- */
+
+typedef struct task_opts {
+    const char *driver, *gpus, *host_hash, *nics, *secret_file;
+    int start_ms, grace_ms, life_ms, net_ms, level;
+    bool has_index;
+} task_opts;
 
 static int bad_usage(const char *fmt, const char *arg) {
     fprintf(stderr, "hvd-task: ");
@@ -174,188 +216,214 @@ static int parse_secs(const char *text) {
     return (int)(v * 1000.0 + 0.5);
 }
 
-/* Splits "a,b,c" into a NULL-terminated array of pointers into a copy of text. */
-static char **split_list(const char *text) {
-    size_t n = 1;
-    for (const char *p = text; *p; p++)
-        n += *p == ',';
-    char **v = calloc(n + 1, sizeof *v);
-    char *copy = strdup(text);
-    if (!v || !copy) {
-        free(v);
-        free(copy);
-        return NULL;
-    }
-    size_t k = 0;
-    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save))
-        v[k++] = tok;
-    if (k == 0) free(copy); /* v[0] owns the copy otherwise */
-    return v;
-}
-
-static void free_list(char **v) {
-    if (v) free(v[0]);
-    free(v);
-}
-
-int main(int argc, char **argv) {
-    const char *driver = getenv(HVD_DRIVER_ADDRS_ENV), *index_s = NULL, *gpus_s = NULL,
-               *host_hash = NULL, *nics_s = NULL, *secret_file = NULL, *level_s = "info";
-    int start_ms = 600000, grace_ms = 5000, life_ms = 3000, net_ms = 15000;
-    const char *net_env = getenv("HVD_NET_TIMEOUT");
-    if (net_env && *net_env && (net_ms = parse_secs(net_env)) <= 0)
-        return bad_usage("bad HVD_NET_TIMEOUT %s", net_env);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strncmp(a, "--secret", 8) == 0 && strcmp(a, "--secret-file") != 0)
-            return bad_usage("%s: the secret is never taken from the command line; set "
-                             "HVD_SECRET or HVD_SECRET_FILE, or pass --secret-file",
-                             a);
-        static const char *const with_value[] = {"--driver",    "--index",         "--gpus",
-                                                 "--host-hash", "--start-timeout", "--grace",
-                                                 "--nics",      "--min-lifetime",  "--secret-file",
-                                                 "--log-level", "--net-timeout"};
-        size_t k = 0;
-        while (k < sizeof with_value / sizeof *with_value && strcmp(a, with_value[k]) != 0)
-            k++;
-        if (k == sizeof with_value / sizeof *with_value) return bad_usage("unknown option %s", a);
-        if (i + 1 >= argc) return bad_usage("%s needs a value", a);
-        const char *v = argv[++i];
-        int ms;
-        switch (k) {
-        case 0:
-            driver = v;
-            break;
-        case 1:
-            index_s = v;
-            break;
-        case 2:
-            gpus_s = v;
-            break;
-        case 3:
-            host_hash = v;
-            break;
-        case 4:
-            if ((ms = parse_secs(v)) <= 0) return bad_usage("bad --start-timeout %s", v);
-            start_ms = ms;
-            break;
-        case 5:
-            if ((ms = parse_secs(v)) < 0) return bad_usage("bad --grace %s", v);
-            grace_ms = ms > 0 ? ms : 1; /* 0 would mean the default */
-            break;
-        case 6:
-            nics_s = v;
-            break;
-        case 7:
-            if ((ms = parse_secs(v)) < 0) return bad_usage("bad --min-lifetime %s", v);
-            life_ms = ms > 0 ? ms : -1; /* 0 would mean the default */
-            break;
-        case 8:
-            secret_file = v;
-            break;
-        case 10:
-            if ((ms = parse_secs(v)) <= 0) return bad_usage("bad --net-timeout %s", v);
-            net_ms = ms;
-            break;
-        default:
-            level_s = v;
-            break;
-        }
-    }
-    if (!index_s) return bad_usage("%s", "--index is required");
+static int parse_index(const char *text) {
     char *end;
     errno = 0;
-    unsigned long idx = strtoul(index_s, &end, 10);
-    if (errno || end == index_s || *end || *index_s == '-' || idx > UINT32_MAX - 1)
-        return bad_usage("bad --index %s", index_s);
+    unsigned long idx = strtoul(text, &end, 10);
+    if (errno || end == text || *end || *text == '-' || idx > UINT32_MAX - 1)
+        return bad_usage("bad --index %s", text);
     g_index = (uint32_t)idx;
-    int level;
-    if (strcmp(level_s, "error") == 0)
-        level = HVD_LOG_ERROR;
-    else if (strcmp(level_s, "warn") == 0)
-        level = HVD_LOG_WARN;
-    else if (strcmp(level_s, "info") == 0)
-        level = HVD_LOG_INFO;
-    else if (strcmp(level_s, "debug") == 0)
-        level = HVD_LOG_DEBUG;
-    else
-        return bad_usage("bad --log-level %s: use error, warn, info or debug", level_s);
-    if (!driver || !*driver)
+    return 0;
+}
+
+static int parse_level(const char *text, int *level) {
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++) /* HVD_LOG_ERROR .. HVD_LOG_DEBUG */
+        if (strcmp(text, names[i]) == 0) {
+            *level = i;
+            return 0;
+        }
+    return bad_usage("bad --log-level %s: use error, warn, info or debug", text);
+}
+
+enum {
+    O_DRIVER = 1000,
+    O_INDEX,
+    O_GPUS,
+    O_HOST_HASH,
+    O_START,
+    O_GRACE,
+    O_NICS,
+    O_LIFE,
+    O_SECRET_FILE,
+    O_LEVEL,
+    O_NET,
+    O_HELP
+};
+
+static const struct option LONG_OPTS[] = {
+    {"driver", required_argument, NULL, O_DRIVER},
+    {"index", required_argument, NULL, O_INDEX},
+    {"gpus", required_argument, NULL, O_GPUS},
+    {"host-hash", required_argument, NULL, O_HOST_HASH},
+    {"start-timeout", required_argument, NULL, O_START},
+    {"grace", required_argument, NULL, O_GRACE},
+    {"nics", required_argument, NULL, O_NICS},
+    {"min-lifetime", required_argument, NULL, O_LIFE},
+    {"secret-file", required_argument, NULL, O_SECRET_FILE},
+    {"log-level", required_argument, NULL, O_LEVEL},
+    {"net-timeout", required_argument, NULL, O_NET},
+    {"help", no_argument, NULL, O_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+/* One option. Returns 0 or the exit status. */
+static int take(int c, const char *v, task_opts *o) {
+    int ms;
+    switch (c) {
+    case O_DRIVER:
+        o->driver = v;
+        return 0;
+    case O_INDEX:
+        o->has_index = true;
+        return parse_index(v);
+    case O_GPUS:
+        o->gpus = v;
+        return 0;
+    case O_HOST_HASH:
+        o->host_hash = v;
+        return 0;
+    case O_NICS:
+        o->nics = v;
+        return 0;
+    case O_SECRET_FILE:
+        o->secret_file = v;
+        return 0;
+    case O_LEVEL:
+        return parse_level(v, &o->level);
+    case O_START:
+        if ((ms = parse_secs(v)) <= 0) return bad_usage("bad --start-timeout %s", v);
+        o->start_ms = ms;
+        return 0;
+    case O_GRACE:
+        if ((ms = parse_secs(v)) < 0) return bad_usage("bad --grace %s", v);
+        o->grace_ms = ms > 0 ? ms : 1; /* 0 would mean the default */
+        return 0;
+    case O_LIFE:
+        if ((ms = parse_secs(v)) < 0) return bad_usage("bad --min-lifetime %s", v);
+        o->life_ms = ms > 0 ? ms : -1; /* 0 would mean the default */
+        return 0;
+    case O_NET:
+        if ((ms = parse_secs(v)) <= 0 || ms > HVD_NET_TIMEOUT_MAX_S * 1000)
+            return bad_usage("bad --net-timeout %s", v);
+        o->net_ms = ms;
+        return 0;
+    default:
+        return EXIT_USAGE;
+    }
+}
+
+/* Parses the command line. Returns 0, -1 for --help (exit 0), or the exit status. */
+static int parse(int argc, char **argv, task_opts *o) {
+    *o = (task_opts){.driver = getenv(HVD_DRIVER_ADDRS_ENV),
+                     .start_ms = HVD_TASK_START_TIMEOUT_DEFAULT_S * 1000,
+                     .grace_ms = HVD_GRACE_DEFAULT_MS,
+                     .life_ms = HVD_MIN_LIFETIME_DEFAULT_MS,
+                     .net_ms = HVD_NET_TIMEOUT_DEFAULT_S * 1000,
+                     .level = HVD_LOG_INFO};
+    const char *net_env = getenv(HVD_NET_TIMEOUT_ENV);
+    if (net_env && *net_env && (o->net_ms = parse_secs(net_env)) <= 0)
+        return bad_usage("bad HVD_NET_TIMEOUT %s", net_env);
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--secret", 8) == 0 && strncmp(argv[i], "--secret-file", 13) != 0)
+            return bad_usage("%s: the secret is never taken from the command line; set "
+                             "HVD_SECRET or HVD_SECRET_FILE, or pass --secret-file",
+                             argv[i]);
+    opterr = 0;
+    int c, rc = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, ":h", LONG_OPTS, NULL)) != -1) {
+        if (c == O_HELP || c == 'h') {
+            usage(stdout);
+            return -1;
+        }
+        if (c == ':') return bad_usage("%s needs a value", argv[optind - 1]);
+        if (c == '?') return bad_usage("unknown option %s", argv[optind - 1]);
+        rc = take(c, optarg, o);
+    }
+    if (rc != 0) return rc;
+    if (optind < argc) return bad_usage("unexpected argument %s", argv[optind]);
+    if (!o->has_index) return bad_usage("%s", "--index is required");
+    if (!o->driver || !*o->driver)
         return bad_usage("%s", "no driver address: pass --driver or set HVD_DRIVER_ADDRS");
+    return 0;
+}
+
+/* ---- The task's life --------------------------------------------------------------------------
+ */
+
+/* Starts the task service from the options. Returns it, or NULL and sets *status. */
+static hvd_task *start_task(const task_opts *o, int *status) {
     hvd_err err;
     hvd_addr *addrs = NULL;
     size_t naddrs = 0;
-    if (hvd_addrs_parse(driver, &addrs, &naddrs, &err) != 0)
-        return bad_usage("bad driver addresses: %s", err.msg);
+    if (hvd_addrs_parse(o->driver, &addrs, &naddrs, &err) != 0) {
+        *status = bad_usage("bad driver addresses: %s", err.msg);
+        return NULL;
+    }
     hvd_task_config cfg = {.index = g_index,
                            .driver_addrs = addrs,
                            .n_driver_addrs = naddrs,
-                           .host_hash = host_hash,
-                           .start_timeout_ms = start_ms,
-                           .grace_ms = grace_ms,
-                           .min_lifetime_ms = life_ms,
-                           .net_timeout_ms = net_ms,
+                           .host_hash = o->host_hash,
+                           .start_timeout_ms = o->start_ms,
+                           .grace_ms = o->grace_ms,
+                           .min_lifetime_ms = o->life_ms,
+                           .net_timeout_ms = o->net_ms,
                            .log = log_line,
-                           .log_level = level};
-    int rc = secret_file ? hvd_secret_read_file(&cfg.secret, secret_file, &err)
-                         : hvd_secret_load_env(&cfg.secret, &err);
+                           .log_level = o->level};
+    int rc = o->secret_file ? hvd_secret_read_file(&cfg.secret, o->secret_file, &err)
+                            : hvd_secret_load_env(&cfg.secret, &err);
     if (rc != 0) {
         free(addrs);
-        return bad_usage("no job secret: %s", err.msg);
+        *status = bad_usage("%s", err.msg);
+        return NULL;
     }
-    char **gpus = gpus_s ? split_list(gpus_s) : NULL;
-    char **nics = nics_s ? split_list(nics_s) : NULL;
+    char **gpus = o->gpus ? hvd_strv_split(o->gpus, ',') : NULL;
+    char **nics = o->nics ? hvd_strv_split(o->nics, ',') : NULL;
     cfg.gpus = (const char *const *)gpus;
     cfg.nics = (const char *const *)nics;
-
-    /* Signals are taken by one thread with sigwait; every thread created from here on
-     * inherits the mask. The command's processes get default dispositions and no mask. */
-    static sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    pthread_t sig_thread;
-    if (pthread_create(&sig_thread, NULL, signal_main, &set) != 0) {
-        fprintf(stderr, "hvd-task[%u]: cannot start the signal thread\n", g_index);
-        return EXIT_FAILED;
-    }
-
-    int status = EXIT_FAILED;
-    hvd_task *t = hvd_task_start(&cfg, &err);
+    hvd_task *t = NULL;
+    if (start_signals() == 0)
+        t = hvd_task_start(&cfg, &err);
+    else
+        err.msg[0] = '\0';
     hvd_secret_wipe(&cfg.secret);
     free(addrs);
-    free_list(gpus);
-    free_list(nics);
+    hvd_strv_free(gpus);
+    hvd_strv_free(nics);
     if (!t) {
-        fprintf(stderr, "hvd-task[%u]: %s\n", g_index, err.msg);
-        return EXIT_FAILED;
+        if (err.msg[0]) fprintf(stderr, "hvd-task[%u]: %s\n", g_index, err.msg);
+        *status = EXIT_FAILED;
     }
+    return t;
+}
+
+/* Runs the task to its end. Returns the exit status. */
+static int run_task(hvd_task *t) {
     pthread_mutex_lock(&g_lock);
     g_task = t;
     pthread_mutex_unlock(&g_lock);
-
-    int code = 0;
-    rc = hvd_task_run(t, &code, &err);
+    int code = 0, status = EXIT_FAILED;
+    hvd_err err;
+    int rc = hvd_task_run(t, &code, &err);
     pthread_mutex_lock(&g_lock);
     g_task = NULL;
     g_done = true;
-    int sig = g_signal;
+    int sig = hvd_signals_first();
     pthread_mutex_unlock(&g_lock);
-    if (rc == 0) {
+    if (rc == 0)
         status = code;
-    } else if (sig) {
+    else if (sig)
         status = 128 + sig;
-    } else {
+    else
         fprintf(stderr, "hvd-task[%u]: %s\n", g_index, err.msg);
-    }
     hvd_task_stop(t);
     return status;
+}
+
+int main(int argc, char **argv) {
+    task_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    hvd_task *t = start_task(&o, &rc);
+    return t ? run_task(t) : rc;
 }

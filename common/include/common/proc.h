@@ -32,7 +32,8 @@
  * the calling thread and runs only async-signal-safe code in the children, so it is safe in a
  * multithreaded process such as a JVM. All descriptors it creates are close-on-exec; the
  * command's stdin is /dev/null and it inherits no descriptor of this process other than its
- * stdout and stderr (pipes, or descriptors the caller passes). */
+ * stdout and stderr (pipes, or descriptors the caller passes) and the extra descriptors the
+ * spec names. */
 #ifndef HVD_COMMON_PROC_H
 #define HVD_COMMON_PROC_H
 
@@ -57,7 +58,13 @@ typedef struct hvd_proc_spec {
     int stdout_fd;           /* with pass_stdout: the command's stdout (1: this process's) */
     bool pass_stderr;        /* the same for stderr */
     int stderr_fd;
+    const int *extra_fds; /* more descriptors for the command: extra_fds[i] becomes its
+                             descriptor 3 + i (a payload to read, a result pipe to write) */
+    int n_extra_fds;      /* 0 to HVD_PROC_MAX_EXTRA_FDS */
 } hvd_proc_spec;
+
+/* Most extra descriptors a command can be given. */
+#define HVD_PROC_MAX_EXTRA_FDS 4
 
 typedef struct hvd_proc hvd_proc;
 
