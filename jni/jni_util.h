@@ -1,4 +1,4 @@
-/* Shared helpers of the JNI glue (private to task_service/jni/).
+/* Shared helpers of the JNI glue (private to jni/).
  *
  * Rules every native method follows:
  *   - every argument is checked (null, length, handle) before native memory is touched; a
