@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strv.h"
 #include "hvd/driver.h"
 #include "hvd/launch.h"
 #include "jni_util.h"
@@ -124,11 +125,11 @@ fail:
     driver_free(jd);
     jd = NULL;
 out:
-    jni_textv_free(code.argv.v);
+    hvd_strv_free(code.argv.v);
     free(code.object.data);
     free(code.symbol);
     free(code.arg.data);
-    jni_textv_free(nicv);
+    hvd_strv_free(nicv);
     free(bind);
     return (jlong)(intptr_t)jd;
 }
@@ -156,12 +157,6 @@ JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeWaitRegistration(J
     if (jd && hvd_driver_wait_registration(jd->d, timeout_ms, &err) != 0) jni_throw_err(env, &err);
 }
 
-static void free_strv(char **v) {
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeCommonInterfaces(
     JNIEnv *env, jclass cls, jlong h, jint timeout_ms) {
     (void)cls;
@@ -173,9 +168,7 @@ JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeCommonInte
         jni_throw_err(env, &err);
         return NULL;
     }
-    jsize n = 0;
-    while (ifaces[n])
-        n++;
+    jsize n = (jsize)hvd_strv_len((const char *const *)ifaces);
     jobjectArray out = (*env)->NewObjectArray(env, n, jni_classes.byte_array, NULL);
     for (jsize i = 0; out && i < n; i++) {
         jbyteArray s = jni_new_text(env, ifaces[i]);
@@ -186,7 +179,7 @@ JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeCommonInte
         (*env)->SetObjectArrayElement(env, out, i, s);
         (*env)->DeleteLocalRef(env, s);
     }
-    free_strv(ifaces);
+    hvd_strv_free(ifaces);
     return out;
 }
 
@@ -291,11 +284,11 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
 out:
     memset(secret_var, 0, sizeof secret_var);
     free(bin);
-    jni_textv_free(args);
-    jni_textv_free(user_env);
+    hvd_strv_free(args);
+    hvd_strv_free(user_env);
     free(envv);
     free(addrs_var);
-    free_strv(ifaces);
+    hvd_strv_free(ifaces);
     hvd_launch_free_argv(mpi);
     return out;
 }

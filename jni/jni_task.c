@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/env.h"
+#include "common/strv.h"
 #include "hvd/task.h"
 #include "jni_util.h"
 #include "org_hvdbridge_TaskService.h"
@@ -39,10 +41,25 @@ static void task_args_free(task_args *a) {
     free(a->addrs);
     free(a->host_hash);
     free(a->work_dir);
-    jni_textv_free(a->gpus);
-    jni_textv_free(a->env_add);
-    jni_textv_free(a->nics);
-    free(a->env); /* its strings belong to environ and env_add */
+    hvd_strv_free(a->gpus);
+    hvd_strv_free(a->env_add);
+    hvd_strv_free(a->nics);
+    hvd_env_free(a->env);
+}
+
+/* This process's environment with the "NAME=VALUE" entries set, as hvd-task builds a command's
+ * (common/env.h); splits the entries at their '=' in place. NULL when out of memory. */
+static char **task_env(char **entries, size_t n) {
+    hvd_env_change *ch = calloc(n, sizeof *ch);
+    if (!ch) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char *eq = strchr(entries[i], '=');
+        *eq = '\0';
+        ch[i] = (hvd_env_change){.name = entries[i], .value = eq + 1};
+    }
+    char **env = hvd_env_build(environ, ch, n, NULL);
+    free(ch);
+    return env;
 }
 
 JNIEXPORT jlong JNICALL Java_org_hvdbridge_TaskService_nativeStart(
@@ -101,7 +118,7 @@ JNIEXPORT jlong JNICALL Java_org_hvdbridge_TaskService_nativeStart(
         jni_throw_err(env, &err);
         goto out;
     }
-    if (a.nenv_add && !(a.env = jni_env_merge(environ, a.env_add))) {
+    if (a.nenv_add && !(a.env = task_env(a.env_add, a.nenv_add))) {
         jni_throw_oom(env, "the task environment");
         goto out;
     }

@@ -1,5 +1,5 @@
-/* Exceptions, conversions between Java arrays and C strings, the environment merge and the
- * stderr log sink shared by the JNI glue; JNI_OnLoad. */
+/* Exceptions, conversions between Java arrays and C strings and the stderr log sink shared by
+ * the JNI glue; JNI_OnLoad. */
 #include "jni_util.h"
 
 #include <stdarg.h>
@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/io.h"
+#include "common/strv.h"
 #include "org_hvdbridge_NativeLibrary.h"
 
 jni_cache jni_classes;
@@ -137,12 +139,6 @@ int jni_text(JNIEnv *env, jbyteArray a, bool may_be_null, const char *what, char
     return 0;
 }
 
-void jni_textv_free(char **v) {
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 int jni_textv(JNIEnv *env, jobjectArray a, bool may_be_null, const char *what, char ***out,
               size_t *n) {
     *out = NULL;
@@ -176,7 +172,7 @@ int jni_textv(JNIEnv *env, jobjectArray a, bool may_be_null, const char *what, c
     *n = (size_t)len;
     return 0;
 fail:
-    jni_textv_free(v);
+    hvd_strv_free(v);
     return -1;
 }
 
@@ -195,31 +191,6 @@ jbyteArray jni_new_text(JNIEnv *env, const char *s) {
     return s ? jni_new_bytes(env, s, strlen(s)) : NULL;
 }
 
-static size_t name_len(const char *entry) {
-    return strcspn(entry, "=");
-}
-
-char **jni_env_merge(char *const *base, char *const *add) {
-    size_t nb = 0, na = 0;
-    while (base && base[nb])
-        nb++;
-    while (add && add[na])
-        na++;
-    char **v = calloc(nb + na + 1, sizeof *v);
-    if (!v) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < nb; i++) {
-        size_t len = name_len(base[i]);
-        bool replaced = false;
-        for (size_t j = 0; j < na && !replaced; j++)
-            replaced = name_len(add[j]) == len && strncmp(add[j], base[i], len) == 0;
-        if (!replaced) v[k++] = base[i];
-    }
-    for (size_t j = 0; j < na; j++)
-        v[k++] = add[j];
-    return v;
-}
-
 void jni_log_stderr(const char *prefix, const char *line) {
     char buf[2048];
     int n = snprintf(buf, sizeof buf, "%s: %s\n", prefix, line);
@@ -228,5 +199,5 @@ void jni_log_stderr(const char *prefix, const char *line) {
         n = (int)sizeof buf - 1;
         buf[n - 1] = '\n';
     }
-    (void)!write(STDERR_FILENO, buf, (size_t)n);
+    (void)hvd_write_all(STDERR_FILENO, buf, (size_t)n);
 }

@@ -58,11 +58,10 @@ int jni_text(JNIEnv *env, jbyteArray a, bool may_be_null, const char *what, char
 int jni_bytes(JNIEnv *env, jbyteArray a, const char *what, uint8_t **out, size_t *len);
 
 /* Copies a byte[][] of UTF-8 texts into a malloc'd NULL-terminated array of strings (*n
- * entries). A null array gives *out = NULL when may_be_null. Returns 0, or -1 with an
- * exception pending. */
+ * entries; free it with hvd_strv_free). A null array gives *out = NULL when may_be_null.
+ * Returns 0, or -1 with an exception pending. */
 int jni_textv(JNIEnv *env, jobjectArray a, bool may_be_null, const char *what, char ***out,
               size_t *n);
-void jni_textv_free(char **v);
 
 /* A new byte[] with the given bytes (NULL data with len 0 is an empty array); NULL with an
  * exception pending. */
@@ -70,12 +69,8 @@ jbyteArray jni_new_bytes(JNIEnv *env, const void *data, size_t len);
 /* A new byte[] with a C string's bytes, or NULL (no exception) for a NULL string. */
 jbyteArray jni_new_text(JNIEnv *env, const char *s);
 
-/* A malloc'd environment: `base` (NULL-terminated "NAME=VALUE") with the entries of `add`
- * replacing or extending it; the strings are not copied. NULL when out of memory. */
-char **jni_env_merge(char *const *base, char *const *add);
-
-/* Writes "<prefix>: <line>\n" to stderr in one write() (lines of several threads never
- * interleave). Never calls into the JVM. */
+/* Writes "<prefix>: <line>\n" to stderr in one write(), retried only after EINTR or a short
+ * write (lines of several threads never interleave). Never calls into the JVM. */
 void jni_log_stderr(const char *prefix, const char *line);
 
 #endif
