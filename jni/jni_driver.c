@@ -77,13 +77,9 @@ JNIEXPORT jlong JNICALL Java_org_hvdbridge_DriverService_nativeStart(
             goto out;
         }
     }
-    if (jni_textv(env, nics, true, "the interfaces", &nicv, &nnics) != 0 ||
+    if (jni_nics(env, nics, &nicv, &nnics) != 0 ||
         jni_text(env, bind_host, true, "the bind address", &bind) != 0)
         goto out;
-    if (nicv && nnics == 0) {
-        jni_throw(env, jni_classes.illegal_argument, "the list of interfaces is empty");
-        goto out;
-    }
     if (!(jd = calloc(1, sizeof *jd))) {
         jni_throw_oom(env, DRIVER);
         goto out;
@@ -168,17 +164,7 @@ JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeCommonInte
         jni_throw_err(env, &err);
         return NULL;
     }
-    jsize n = (jsize)hvd_strv_len((const char *const *)ifaces);
-    jobjectArray out = (*env)->NewObjectArray(env, n, jni_classes.byte_array, NULL);
-    for (jsize i = 0; out && i < n; i++) {
-        jbyteArray s = jni_new_text(env, ifaces[i]);
-        if (!s) {
-            out = NULL;
-            break;
-        }
-        (*env)->SetObjectArrayElement(env, out, i, s);
-        (*env)->DeleteLocalRef(env, s);
-    }
+    jobjectArray out = jni_new_text_array(env, (const char *const *)ifaces);
     hvd_strv_free(ifaces);
     return out;
 }
@@ -221,15 +207,8 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
     hvd_err err = {0};
     if (jni_text(env, bin_dir, false, "the bin dir", &bin) != 0 ||
         jni_textv(env, mpi_args, true, "the mpirun arguments", &args, &nargs) != 0 ||
-        jni_textv(env, extra_env, true, "the mpirun environment", &user_env, &nenv) != 0)
+        jni_env_entries(env, extra_env, "the mpirun environment", &user_env, &nenv) != 0)
         goto out;
-    for (size_t i = 0; i < nenv; i++) {
-        if (!strchr(user_env[i], '=') || user_env[i][0] == '=') {
-            jni_throw(env, jni_classes.illegal_argument,
-                      "the mpirun environment entry %zu is not NAME=VALUE", i);
-            goto out;
-        }
-    }
     /* The steps of hvd-driver run (launcher_main.c). */
     if (hvd_driver_wait_registration(jd->d, start_timeout_ms, &err) != 0 ||
         hvd_driver_common_interfaces(jd->d, start_timeout_ms, &ifaces, &err) != 0) {
@@ -293,6 +272,10 @@ out:
     return out;
 }
 
+static jobject result_at(JNIEnv *env, const void *items, size_t i) {
+    return jni_new_rank_result(env, &((const hvd_rank_result *)items)[i]);
+}
+
 JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeResults(JNIEnv *env,
                                                                               jclass cls, jlong h) {
     (void)cls;
@@ -305,25 +288,7 @@ JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeResults(JN
         jni_throw_err(env, &err);
         return NULL;
     }
-    jobjectArray out = (*env)->NewObjectArray(env, (jsize)n, jni_classes.rank_result, NULL);
-    for (size_t i = 0; out && i < n; i++) {
-        if ((*env)->PushLocalFrame(env, 8) != 0) {
-            out = NULL;
-            break;
-        }
-        jbyteArray host = jni_new_text(env, r[i].host_hash);
-        jbyteArray data = jni_new_bytes(env, r[i].data, r[i].len);
-        jbyteArray error = jni_new_text(env, r[i].error);
-        jobject rr = NULL;
-        if (!(*env)->ExceptionCheck(env))
-            rr = (*env)->NewObject(env, jni_classes.rank_result, jni_classes.rank_result_ctor,
-                                   (jint)r[i].rank,
-                                   (jint)(r[i].index > INT32_MAX ? -1 : (int32_t)r[i].index), host,
-                                   (jboolean)r[i].present, (jint)r[i].status, data, error);
-        if (rr) (*env)->SetObjectArrayElement(env, out, (jsize)i, rr);
-        (*env)->PopLocalFrame(env, NULL);
-        if ((*env)->ExceptionCheck(env)) out = NULL;
-    }
+    jobjectArray out = jni_new_array(env, jni_classes.rank_result, n, result_at, r);
     hvd_driver_results_free(r, n);
     return out;
 }

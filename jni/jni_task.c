@@ -94,23 +94,12 @@ JNIEXPORT jlong JNICALL Java_org_hvdbridge_TaskService_nativeStart(
         jni_text(env, host_hash, true, "the host hash", &a.host_hash) != 0 ||
         jni_text(env, work_dir, true, "the work dir", &a.work_dir) != 0 ||
         jni_textv(env, gpus, true, "the GPU ids", &a.gpus, &a.ngpus) != 0 ||
-        jni_textv(env, env_add, true, "the task environment", &a.env_add, &a.nenv_add) != 0 ||
-        jni_textv(env, nics, true, "the interfaces", &a.nics, &a.nnics) != 0)
+        jni_env_entries(env, env_add, "the task environment", &a.env_add, &a.nenv_add) != 0 ||
+        jni_nics(env, nics, &a.nics, &a.nnics) != 0)
         goto out;
-    for (size_t i = 0; i < a.nenv_add; i++) {
-        if (!strchr(a.env_add[i], '=') || a.env_add[i][0] == '=') {
-            jni_throw(env, jni_classes.illegal_argument,
-                      "the task environment entry %zu is not NAME=VALUE", i);
-            goto out;
-        }
-    }
     if (a.host_hash && !hvd_host_hash_valid(a.host_hash)) {
         jni_throw(env, jni_classes.illegal_argument,
                   "bad host hash: 1..127 characters of [A-Za-z0-9_-]");
-        goto out;
-    }
-    if (a.nics && a.nnics == 0) {
-        jni_throw(env, jni_classes.illegal_argument, "the list of interfaces is empty");
         goto out;
     }
     if (hvd_addrs_parse(addr_text, &a.addrs, &a.naddrs, &err) != 0) {
@@ -187,16 +176,15 @@ JNIEXPORT jobject JNICALL Java_org_hvdbridge_TaskService_nativeResult(JNIEnv *en
         jni_throw_hvd(env, HVD_E_INTERNAL, "cannot read the task's result (out of memory?)");
         return NULL;
     }
-    jobject out = NULL;
-    if (r.present) {
-        jbyteArray data = jni_new_bytes(env, r.result.data, r.result.len);
-        jbyteArray error = data && r.error ? jni_new_text(env, r.error) : NULL;
-        if (data && !(*env)->ExceptionCheck(env))
-            out =
-                (*env)->NewObject(env, jni_classes.rank_result, jni_classes.rank_result_ctor,
-                                  (jint)r.rank, (jint)(r.index > INT32_MAX ? -1 : (int32_t)r.index),
-                                  NULL, JNI_TRUE, (jint)r.status, data, error);
-    }
+    /* A RankResult like the driver's, with no host hash. */
+    hvd_rank_result rr = {.rank = r.rank,
+                          .index = r.index,
+                          .present = true,
+                          .status = r.status,
+                          .data = r.result.data,
+                          .len = r.result.len,
+                          .error = r.error};
+    jobject out = r.present ? jni_new_rank_result(env, &rr) : NULL;
     hvd_msg_free(&hvd_result_desc, &r);
     return out;
 }

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hvd/driver.h"
 #include "hvd/error.h"
 
 /* Version of the contract with org.hvdbridge.NativeLibrary.ABI. */
@@ -63,11 +64,32 @@ int jni_bytes(JNIEnv *env, jbyteArray a, const char *what, uint8_t **out, size_t
 int jni_textv(JNIEnv *env, jobjectArray a, bool may_be_null, const char *what, char ***out,
               size_t *n);
 
+/* The interfaces argument of the driver and the task: as jni_textv with null allowed (*out =
+ * NULL: the library's default), and an empty array throws IllegalArgumentException. */
+int jni_nics(JNIEnv *env, jobjectArray a, char ***out, size_t *n);
+
+/* Environment entries: as jni_textv with null allowed, and an entry that is not NAME=VALUE
+ * (NAME not empty) throws IllegalArgumentException naming `what` and the entry's index. */
+int jni_env_entries(JNIEnv *env, jobjectArray a, const char *what, char ***out, size_t *n);
+
 /* A new byte[] with the given bytes (NULL data with len 0 is an empty array); NULL with an
  * exception pending. */
 jbyteArray jni_new_bytes(JNIEnv *env, const void *data, size_t len);
 /* A new byte[] with a C string's bytes, or NULL (no exception) for a NULL string. */
 jbyteArray jni_new_text(JNIEnv *env, const char *s);
+
+/* Makes element i of a Java array from items; NULL with an exception pending, or NULL without
+ * one for a null element. */
+typedef jobject jni_make_fn(JNIEnv *env, const void *items, size_t i);
+/* A new array of class cls (one of jni_classes) with n elements made by make, each in a local
+ * frame of its own; NULL with an exception pending. */
+jobjectArray jni_new_array(JNIEnv *env, jclass cls, size_t n, jni_make_fn *make, const void *items);
+/* A new byte[][] with the strings of v (NULL-terminated); NULL with an exception pending. */
+jobjectArray jni_new_text_array(JNIEnv *env, const char *const *v);
+
+/* A new org.hvdbridge.RankResult with r's fields (an index above INT32_MAX becomes -1); NULL
+ * with an exception pending. */
+jobject jni_new_rank_result(JNIEnv *env, const hvd_rank_result *r);
 
 /* Writes "<prefix>: <line>\n" to stderr in one write(), retried only after EINTR or a short
  * write (lines of several threads never interleave). Never calls into the JVM. */
