@@ -36,48 +36,100 @@ static void driver_free(jni_driver *jd) {
     free(jd);
 }
 
+/* Checks the numbers nativeStart takes; throws IllegalArgumentException for a bad one. */
+static bool start_numbers_ok(JNIEnv *env, jint num_tasks, jint kind, jint port) {
+    if (num_tasks < 1)
+        jni_throw(env, jni_classes.illegal_argument, "the number of tasks must be >= 1, not %d",
+                  (int)num_tasks);
+    else if (port < 0 || port > 65535)
+        jni_throw(env, jni_classes.illegal_argument, "bad port %d", (int)port);
+    else if (kind != HVD_CODE_ARGV && kind != HVD_CODE_SHARED_OBJECT)
+        jni_throw(env, jni_classes.illegal_argument, "unknown entry point kind %d", (int)kind);
+    else
+        return true;
+    return false;
+}
+
+/* Converts the entry point of nativeStart (a command, or a shared object with its symbol and
+ * argument) into code; code_free frees it, also after a failure. Returns 0, or -1 with an
+ * exception pending. */
+static int entry_point(JNIEnv *env, jint kind, jobjectArray argv, jbyteArray object,
+                       jbyteArray symbol, jbyteArray arg, hvd_code_msg *code) {
+    code->kind = (uint32_t)kind;
+    if (kind == HVD_CODE_ARGV) {
+        if (jni_textv(env, argv, false, "the entry point command", &code->argv.v, &code->argv.n) !=
+            0)
+            return -1;
+        if (code->argv.n == 0 || !code->argv.v[0][0]) {
+            jni_throw(env, jni_classes.illegal_argument, "the entry point command is empty");
+            return -1;
+        }
+        return 0;
+    }
+    if (jni_bytes(env, object, "the shared object", &code->object.data, &code->object.len) != 0 ||
+        jni_text(env, symbol, false, "the entry point symbol", &code->symbol) != 0 ||
+        jni_bytes(env, arg, "the entry point argument", &code->arg.data, &code->arg.len) != 0)
+        return -1;
+    if (code->object.len == 0 || !code->symbol[0]) {
+        jni_throw(env, jni_classes.illegal_argument,
+                  "a shared-object entry point needs the object's bytes and a symbol");
+        return -1;
+    }
+    return 0;
+}
+
+static void code_free(hvd_code_msg *code) {
+    hvd_strv_free(code->argv.v);
+    free(code->object.data);
+    free(code->symbol);
+    free(code->arg.data);
+}
+
+/* Generates the job's secret, starts the driver service of cfg with it and keeps the
+ * service's addresses in text form. Returns 0, or -1 with an exception pending (the caller
+ * then frees jd). */
+static int driver_open(JNIEnv *env, jni_driver *jd, hvd_driver_config *cfg) {
+    hvd_err err = {0};
+    if (hvd_secret_generate(&jd->secret, &err) != 0) {
+        jni_throw_err(env, &err);
+        return -1;
+    }
+    cfg->secret = jd->secret;
+    cfg->log = driver_log;
+    cfg->log_user = jd;
+    jd->d = hvd_driver_start(cfg, &err);
+    hvd_secret_wipe(&cfg->secret);
+    if (!jd->d) {
+        jni_throw_err(env, &err);
+        return -1;
+    }
+    hvd_addr *addrs;
+    size_t naddrs;
+    if (hvd_driver_addrs(jd->d, &addrs, &naddrs, &err) != 0) {
+        jni_throw_err(env, &err);
+        return -1;
+    }
+    jd->addrs = hvd_addrs_format(addrs, naddrs);
+    free(addrs);
+    if (!jd->addrs) {
+        jni_throw_oom(env, "the driver's addresses");
+        return -1;
+    }
+    return 0;
+}
+
 JNIEXPORT jlong JNICALL Java_org_hvdbridge_DriverService_nativeStart(
     JNIEnv *env, jclass cls, jint num_tasks, jint kind, jobjectArray argv, jbyteArray object,
     jbyteArray symbol, jbyteArray arg, jobjectArray nics, jbyteArray bind_host, jint port,
     jboolean verbose) {
     (void)cls;
-    if (num_tasks < 1) {
-        jni_throw(env, jni_classes.illegal_argument, "the number of tasks must be >= 1, not %d",
-                  (int)num_tasks);
-        return 0;
-    }
-    if (port < 0 || port > 65535) {
-        jni_throw(env, jni_classes.illegal_argument, "bad port %d", (int)port);
-        return 0;
-    }
-    if (kind != HVD_CODE_ARGV && kind != HVD_CODE_SHARED_OBJECT) {
-        jni_throw(env, jni_classes.illegal_argument, "unknown entry point kind %d", (int)kind);
-        return 0;
-    }
-    hvd_code_msg code = {.kind = (uint32_t)kind};
+    if (!start_numbers_ok(env, num_tasks, kind, port)) return 0;
+    hvd_code_msg code = {0};
     char **nicv = NULL, *bind = NULL;
     size_t nnics = 0;
     jni_driver *jd = NULL;
-    hvd_err err = {0};
-    if (kind == HVD_CODE_ARGV) {
-        if (jni_textv(env, argv, false, "the entry point command", &code.argv.v, &code.argv.n) != 0)
-            goto out;
-        if (code.argv.n == 0 || !code.argv.v[0][0]) {
-            jni_throw(env, jni_classes.illegal_argument, "the entry point command is empty");
-            goto out;
-        }
-    } else {
-        if (jni_bytes(env, object, "the shared object", &code.object.data, &code.object.len) != 0 ||
-            jni_text(env, symbol, false, "the entry point symbol", &code.symbol) != 0 ||
-            jni_bytes(env, arg, "the entry point argument", &code.arg.data, &code.arg.len) != 0)
-            goto out;
-        if (code.object.len == 0 || !code.symbol[0]) {
-            jni_throw(env, jni_classes.illegal_argument,
-                      "a shared-object entry point needs the object's bytes and a symbol");
-            goto out;
-        }
-    }
-    if (jni_nics(env, nics, &nicv, &nnics) != 0 ||
+    if (entry_point(env, kind, argv, object, symbol, arg, &code) != 0 ||
+        jni_nics(env, nics, &nicv, &nnics) != 0 ||
         jni_text(env, bind_host, true, "the bind address", &bind) != 0)
         goto out;
     if (!(jd = calloc(1, sizeof *jd))) {
@@ -86,45 +138,17 @@ JNIEXPORT jlong JNICALL Java_org_hvdbridge_DriverService_nativeStart(
     }
     jd->num_tasks = (uint32_t)num_tasks;
     jd->verbose = verbose;
-    if (hvd_secret_generate(&jd->secret, &err) != 0) {
-        jni_throw_err(env, &err);
-        goto fail;
-    }
     hvd_driver_config cfg = {.num_tasks = (uint32_t)num_tasks,
-                             .secret = jd->secret,
                              .code = &code,
                              .nics = (const char *const *)nicv,
                              .bind_host = bind,
-                             .port = (uint16_t)port,
-                             .log = driver_log,
-                             .log_user = jd};
-    jd->d = hvd_driver_start(&cfg, &err);
-    hvd_secret_wipe(&cfg.secret);
-    if (!jd->d) {
-        jni_throw_err(env, &err);
-        goto fail;
+                             .port = (uint16_t)port};
+    if (driver_open(env, jd, &cfg) != 0) {
+        driver_free(jd);
+        jd = NULL;
     }
-    hvd_addr *addrs;
-    size_t naddrs;
-    if (hvd_driver_addrs(jd->d, &addrs, &naddrs, &err) != 0) {
-        jni_throw_err(env, &err);
-        goto fail;
-    }
-    jd->addrs = hvd_addrs_format(addrs, naddrs);
-    free(addrs);
-    if (!jd->addrs) {
-        jni_throw_oom(env, "the driver's addresses");
-        goto fail;
-    }
-    goto out;
-fail:
-    driver_free(jd);
-    jd = NULL;
 out:
-    hvd_strv_free(code.argv.v);
-    free(code.object.data);
-    free(code.symbol);
-    free(code.arg.data);
+    code_free(&code);
     hvd_strv_free(nicv);
     free(bind);
     return (jlong)(intptr_t)jd;
@@ -189,6 +213,42 @@ static bool stopped(const jni_driver *jd) {
     return __atomic_load_n(&jd->stop, __ATOMIC_ACQUIRE) != 0;
 }
 
+/* The strings of mpirun's extra environment that mpirun_env's vector points to. */
+typedef struct mpirun_vars {
+    char secret[64]; /* HVD_SECRET_ENV=<the secret in base64>; wiped by mpirun_vars_wipe */
+    char *addrs;     /* HVD_DRIVER_ADDRS_ENV=<the driver's addresses> */
+} mpirun_vars;
+
+/* mpirun's extra environment (hvd_launch_config.extra_env): mpirun and hvd-rsh find the secret
+ * and the driver in their environment, never on a command line, and setenv is not safe in a
+ * JVM. getenv() takes the first of duplicate entries: ours come first, so a user entry cannot
+ * replace the job's secret or the driver's addresses. A malloc'd vector of pointers into vars
+ * and user_env; NULL when out of memory. */
+static char **mpirun_env(const jni_driver *jd, char *const *user_env, size_t nenv,
+                         mpirun_vars *vars) {
+    char b64[45];
+    hvd_secret_to_base64(&jd->secret, b64);
+    snprintf(vars->secret, sizeof vars->secret, "%s=%s", HVD_SECRET_ENV, b64);
+    memset(b64, 0, sizeof b64);
+    if (asprintf(&vars->addrs, "%s=%s", HVD_DRIVER_ADDRS_ENV, jd->addrs) < 0) {
+        vars->addrs = NULL;
+        return NULL;
+    }
+    char **v = calloc(nenv + 3, sizeof *v);
+    if (!v) return NULL;
+    v[0] = vars->secret;
+    v[1] = vars->addrs;
+    for (size_t i = 0; i < nenv; i++)
+        v[i + 2] = user_env[i];
+    return v;
+}
+
+static void mpirun_vars_wipe(mpirun_vars *vars) {
+    memset(vars->secret, 0, sizeof vars->secret);
+    free(vars->addrs);
+    vars->addrs = NULL;
+}
+
 JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
     JNIEnv *env, jclass cls, jlong h, jbyteArray bin_dir, jobjectArray mpi_args, jint timeout_s,
     jint start_timeout_ms, jboolean verbose, jobjectArray extra_env) {
@@ -202,7 +262,7 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
     char *bin = NULL, **args = NULL, **user_env = NULL, **envv = NULL, **ifaces = NULL;
     char **mpi = NULL;
     size_t nargs = 0, nenv = 0;
-    char secret_var[64] = "", *addrs_var = NULL;
+    mpirun_vars vars = {.addrs = NULL};
     jintArray out = NULL;
     hvd_err err = {0};
     if (jni_text(env, bin_dir, false, "the bin dir", &bin) != 0 ||
@@ -215,24 +275,10 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
         jni_throw_err(env, &err);
         goto out;
     }
-    /* mpirun and hvd-rsh find the secret and the driver in their environment, never on a
-     * command line; setenv is not safe in a JVM, so they go through extra_env. */
-    char b64[45];
-    hvd_secret_to_base64(&jd->secret, b64);
-    snprintf(secret_var, sizeof secret_var, "%s=%s", HVD_SECRET_ENV, b64);
-    memset(b64, 0, sizeof b64);
-    size_t alen = strlen(HVD_DRIVER_ADDRS_ENV) + strlen(jd->addrs) + 2;
-    if (!(addrs_var = malloc(alen)) || !(envv = calloc(nenv + 3, sizeof *envv))) {
+    if (!(envv = mpirun_env(jd, user_env, nenv, &vars))) {
         jni_throw_oom(env, "mpirun's environment");
         goto out;
     }
-    snprintf(addrs_var, alen, "%s=%s", HVD_DRIVER_ADDRS_ENV, jd->addrs);
-    /* getenv() takes the first of duplicate entries: ours come first, so a user entry
-     * cannot replace the job's secret or the driver's addresses. */
-    envv[0] = secret_var;
-    envv[1] = addrs_var;
-    for (size_t i = 0; i < nenv; i++)
-        envv[i + 2] = user_env[i];
     hvd_launch_config lc = {.np = (int)jd->num_tasks,
                             .bin_dir = bin,
                             .mpi_args = (const char *const *)args,
@@ -261,12 +307,11 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
     out = (*env)->NewIntArray(env, 2);
     if (out) (*env)->SetIntArrayRegion(env, out, 0, 2, st);
 out:
-    memset(secret_var, 0, sizeof secret_var);
+    mpirun_vars_wipe(&vars);
     free(bin);
     hvd_strv_free(args);
     hvd_strv_free(user_env);
     free(envv);
-    free(addrs_var);
     hvd_strv_free(ifaces);
     hvd_launch_free_argv(mpi);
     return out;
