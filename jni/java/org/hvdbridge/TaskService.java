@@ -85,8 +85,7 @@ public final class TaskService implements AutoCloseable {
 
         /** Adds NAME=VALUE to the environment of orted and the ranks (over this process's). */
         public Config env(String name, String value) {
-            Text.checkVariable(name, value, "the task environment");
-        env.put(name, value);
+            Text.putVariable(env, name, value, "the task environment");
             return this;
         }
 
@@ -160,8 +159,7 @@ public final class TaskService implements AutoCloseable {
         if (c.hostHash != null && !validHostHash(c.hostHash))
             throw new IllegalArgumentException("bad host hash '" + c.hostHash
                                                + "': 1..127 characters of [A-Za-z0-9_-]");
-        if (c.nics != null && c.nics.length == 0)
-            throw new IllegalArgumentException("the list of interfaces is empty: give one, or null for all");
+        Text.checkInterfaces(c.nics, "for all");
         if (c.startTimeoutMs < 0 || c.graceMs < 0)
             throw new IllegalArgumentException("timeouts must be >= 0 (0: the default)");
         if (c.logLevel < LOG_ERROR || c.logLevel > LOG_DEBUG)
@@ -219,12 +217,7 @@ public final class TaskService implements AutoCloseable {
 
     /** The task service's TCP port. */
     public int port() {
-        long h = handle.acquire();
-        try {
-            return nativePort(h);
-        } finally {
-            handle.release();
-        }
+        return handle.call(TaskService::nativePort);
     }
 
     /**
@@ -238,41 +231,23 @@ public final class TaskService implements AutoCloseable {
      * @throws HvdException on a timeout (naming what was awaited) or an abort
      */
     public int run() {
-        long h = handle.acquire();
-        try {
+        return handle.call(h -> {
             synchronized (this) {
                 if (running) throw new IllegalStateException("task service " + index + ": run() was already called");
                 running = true;
             }
             return nativeRun(h);
-        } finally {
-            handle.release();
-        }
+        });
     }
 
     /** Makes {@link #run()} abort the command and return. Any thread; no-op once closed. */
     public void abort() {
-        long h;
-        try {
-            h = handle.acquire();
-        } catch (IllegalStateException closed) {
-            return;
-        }
-        try {
-            nativeAbort(h);
-        } finally {
-            handle.release();
-        }
+        handle.runIfOpen(TaskService::nativeAbort);
     }
 
     /** The result the rank of this task registered, or null if none (yet). */
     public RankResult result() {
-        long h = handle.acquire();
-        try {
-            return nativeResult(h);
-        } finally {
-            handle.release();
-        }
+        return handle.call(TaskService::nativeResult);
     }
 
     /** True once {@link #close()} was called. */
@@ -287,15 +262,7 @@ public final class TaskService implements AutoCloseable {
      */
     @Override
     public void close() {
-        long h = handle.beginClose();
-        if (h == 0) return;
-        try {
-            nativeAbort(h);
-            handle.awaitIdle();
-        } finally {
-            nativeStop(h);
-            handle.finishClose();
-        }
+        handle.close(TaskService::nativeAbort, TaskService::nativeStop);
     }
 
     @Override

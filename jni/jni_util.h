@@ -1,4 +1,4 @@
-/* Shared helpers of the JNI glue (private to task_service/jni/).
+/* Shared helpers of the JNI glue (private to jni/).
  *
  * Rules every native method follows:
  *   - every argument is checked (null, length, handle) before native memory is touched; a
@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hvd/driver.h"
 #include "hvd/error.h"
 
 /* Version of the contract with org.hvdbridge.NativeLibrary.ABI. */
@@ -58,11 +59,18 @@ int jni_text(JNIEnv *env, jbyteArray a, bool may_be_null, const char *what, char
 int jni_bytes(JNIEnv *env, jbyteArray a, const char *what, uint8_t **out, size_t *len);
 
 /* Copies a byte[][] of UTF-8 texts into a malloc'd NULL-terminated array of strings (*n
- * entries). A null array gives *out = NULL when may_be_null. Returns 0, or -1 with an
- * exception pending. */
+ * entries; free it with hvd_strv_free). A null array gives *out = NULL when may_be_null.
+ * Returns 0, or -1 with an exception pending. */
 int jni_textv(JNIEnv *env, jobjectArray a, bool may_be_null, const char *what, char ***out,
               size_t *n);
-void jni_textv_free(char **v);
+
+/* The interfaces argument of the driver and the task: as jni_textv with null allowed (*out =
+ * NULL: the library's default), and an empty array throws IllegalArgumentException. */
+int jni_nics(JNIEnv *env, jobjectArray a, char ***out, size_t *n);
+
+/* Environment entries: as jni_textv with null allowed, and an entry that is not NAME=VALUE
+ * (NAME not empty) throws IllegalArgumentException naming `what` and the entry's index. */
+int jni_env_entries(JNIEnv *env, jobjectArray a, const char *what, char ***out, size_t *n);
 
 /* A new byte[] with the given bytes (NULL data with len 0 is an empty array); NULL with an
  * exception pending. */
@@ -70,12 +78,21 @@ jbyteArray jni_new_bytes(JNIEnv *env, const void *data, size_t len);
 /* A new byte[] with a C string's bytes, or NULL (no exception) for a NULL string. */
 jbyteArray jni_new_text(JNIEnv *env, const char *s);
 
-/* A malloc'd environment: `base` (NULL-terminated "NAME=VALUE") with the entries of `add`
- * replacing or extending it; the strings are not copied. NULL when out of memory. */
-char **jni_env_merge(char *const *base, char *const *add);
+/* Makes element i of a Java array from items; NULL with an exception pending, or NULL without
+ * one for a null element. */
+typedef jobject jni_make_fn(JNIEnv *env, const void *items, size_t i);
+/* A new array of class cls (one of jni_classes) with n elements made by make, each in a local
+ * frame of its own; NULL with an exception pending. */
+jobjectArray jni_new_array(JNIEnv *env, jclass cls, size_t n, jni_make_fn *make, const void *items);
+/* A new byte[][] with the strings of v (NULL-terminated); NULL with an exception pending. */
+jobjectArray jni_new_text_array(JNIEnv *env, const char *const *v);
 
-/* Writes "<prefix>: <line>\n" to stderr in one write() (lines of several threads never
- * interleave). Never calls into the JVM. */
+/* A new org.hvdbridge.RankResult with r's fields (an index above INT32_MAX becomes -1); NULL
+ * with an exception pending. */
+jobject jni_new_rank_result(JNIEnv *env, const hvd_rank_result *r);
+
+/* Writes "<prefix>: <line>\n" to stderr in one write(), retried only after EINTR or a short
+ * write (lines of several threads never interleave). Never calls into the JVM. */
 void jni_log_stderr(const char *prefix, const char *line);
 
 #endif

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/env.h"
+#include "common/strv.h"
 #include "hvd/task.h"
 #include "jni_util.h"
 #include "org_hvdbridge_TaskService.h"
@@ -39,10 +41,90 @@ static void task_args_free(task_args *a) {
     free(a->addrs);
     free(a->host_hash);
     free(a->work_dir);
-    jni_textv_free(a->gpus);
-    jni_textv_free(a->env_add);
-    jni_textv_free(a->nics);
-    free(a->env); /* its strings belong to environ and env_add */
+    hvd_strv_free(a->gpus);
+    hvd_strv_free(a->env_add);
+    hvd_strv_free(a->nics);
+    hvd_env_free(a->env);
+}
+
+/* This process's environment with the "NAME=VALUE" entries set, as hvd-task builds a command's
+ * (common/env.h); splits the entries at their '=' in place. NULL when out of memory. */
+static char **task_env(char **entries, size_t n) {
+    hvd_env_change *ch = calloc(n, sizeof *ch);
+    if (!ch) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char *eq = strchr(entries[i], '=');
+        *eq = '\0';
+        ch[i] = (hvd_env_change){.name = entries[i], .value = eq + 1};
+    }
+    char **env = hvd_env_build(environ, ch, n, NULL);
+    free(ch);
+    return env;
+}
+
+/* Checks the numbers and the secret nativeStart takes; throws for a bad one. */
+static bool start_args_ok(JNIEnv *env, jint index, jbyteArray secret, jint start_timeout_ms,
+                          jint grace_ms, jint log_level) {
+    if (index < 0)
+        jni_throw(env, jni_classes.illegal_argument, "the task index must be >= 0, not %d",
+                  (int)index);
+    else if (!secret)
+        jni_throw(env, jni_classes.null_pointer, "the job secret is null");
+    else if ((*env)->GetArrayLength(env, secret) != HVD_SECRET_LEN)
+        jni_throw(env, jni_classes.illegal_argument, "the job secret must be %d bytes, not %d",
+                  HVD_SECRET_LEN, (int)(*env)->GetArrayLength(env, secret));
+    else if (start_timeout_ms < 0 || grace_ms < 0 || log_level < 0 || log_level > HVD_LOG_DEBUG)
+        jni_throw(env, jni_classes.illegal_argument, "bad timeout or log level");
+    else
+        return true;
+    return false;
+}
+
+/* Converts and checks the arrays nativeStart takes into a (task_args_free frees it, also after
+ * a failure). Returns 0, or -1 with an exception pending. */
+static int task_args_get(JNIEnv *env, jbyteArray driver_addrs, jbyteArray host_hash,
+                         jobjectArray gpus, jbyteArray work_dir, jobjectArray env_add,
+                         jobjectArray nics, task_args *a) {
+    char *addr_text = NULL;
+    hvd_err err = {0};
+    int rc = -1;
+    if (jni_text(env, driver_addrs, false, "the driver addresses", &addr_text) != 0 ||
+        jni_text(env, host_hash, true, "the host hash", &a->host_hash) != 0 ||
+        jni_text(env, work_dir, true, "the work dir", &a->work_dir) != 0 ||
+        jni_textv(env, gpus, true, "the GPU ids", &a->gpus, &a->ngpus) != 0 ||
+        jni_env_entries(env, env_add, "the task environment", &a->env_add, &a->nenv_add) != 0 ||
+        jni_nics(env, nics, &a->nics, &a->nnics) != 0)
+        goto out;
+    if (a->host_hash && !hvd_host_hash_valid(a->host_hash)) {
+        jni_throw(env, jni_classes.illegal_argument,
+                  "bad host hash: 1..127 characters of [A-Za-z0-9_-]");
+        goto out;
+    }
+    if (hvd_addrs_parse(addr_text, &a->addrs, &a->naddrs, &err) != 0) {
+        hvd_err_prefix(&err, "bad driver addresses: ");
+        jni_throw_err(env, &err);
+        goto out;
+    }
+    if (a->nenv_add && !(a->env = task_env(a->env_add, a->nenv_add))) {
+        jni_throw_oom(env, "the task environment");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(addr_text);
+    return rc;
+}
+
+/* Copies the job secret into cfg and starts the task service; blocks while it registers (up
+ * to the start timeout). The library copies the config. Throws on failure (jt->t NULL). */
+static void task_open(JNIEnv *env, jni_task *jt, jbyteArray secret, hvd_task_config *cfg) {
+    hvd_err err = {0};
+    (*env)->GetByteArrayRegion(env, secret, 0, HVD_SECRET_LEN, (jbyte *)cfg->secret.key);
+    if (!(*env)->ExceptionCheck(env)) {
+        jt->t = hvd_task_start(cfg, &err);
+        if (!jt->t) jni_throw_err(env, &err);
+    }
+    hvd_secret_wipe(&cfg->secret);
 }
 
 JNIEXPORT jlong JNICALL Java_org_hvdbridge_TaskService_nativeStart(
@@ -50,69 +132,18 @@ JNIEXPORT jlong JNICALL Java_org_hvdbridge_TaskService_nativeStart(
     jbyteArray host_hash, jobjectArray gpus, jbyteArray work_dir, jobjectArray env_add,
     jobjectArray nics, jint start_timeout_ms, jint grace_ms, jint min_lifetime_ms, jint log_level) {
     (void)cls;
-    if (index < 0) {
-        jni_throw(env, jni_classes.illegal_argument, "the task index must be >= 0, not %d",
-                  (int)index);
-        return 0;
-    }
-    if (!secret) {
-        jni_throw(env, jni_classes.null_pointer, "the job secret is null");
-        return 0;
-    }
-    if ((*env)->GetArrayLength(env, secret) != HVD_SECRET_LEN) {
-        jni_throw(env, jni_classes.illegal_argument, "the job secret must be %d bytes, not %d",
-                  HVD_SECRET_LEN, (int)(*env)->GetArrayLength(env, secret));
-        return 0;
-    }
-    if (start_timeout_ms < 0 || grace_ms < 0 || log_level < 0 || log_level > HVD_LOG_DEBUG) {
-        jni_throw(env, jni_classes.illegal_argument, "bad timeout or log level");
-        return 0;
-    }
+    if (!start_args_ok(env, index, secret, start_timeout_ms, grace_ms, log_level)) return 0;
     task_args a = {0};
-    char *addr_text = NULL;
     jni_task *jt = NULL;
     hvd_task_config cfg = {0};
-    hvd_err err = {0};
-    if (jni_text(env, driver_addrs, false, "the driver addresses", &addr_text) != 0 ||
-        jni_text(env, host_hash, true, "the host hash", &a.host_hash) != 0 ||
-        jni_text(env, work_dir, true, "the work dir", &a.work_dir) != 0 ||
-        jni_textv(env, gpus, true, "the GPU ids", &a.gpus, &a.ngpus) != 0 ||
-        jni_textv(env, env_add, true, "the task environment", &a.env_add, &a.nenv_add) != 0 ||
-        jni_textv(env, nics, true, "the interfaces", &a.nics, &a.nnics) != 0)
+    if (task_args_get(env, driver_addrs, host_hash, gpus, work_dir, env_add, nics, &a) != 0)
         goto out;
-    for (size_t i = 0; i < a.nenv_add; i++) {
-        if (!strchr(a.env_add[i], '=') || a.env_add[i][0] == '=') {
-            jni_throw(env, jni_classes.illegal_argument,
-                      "the task environment entry %zu is not NAME=VALUE", i);
-            goto out;
-        }
-    }
-    if (a.host_hash && !hvd_host_hash_valid(a.host_hash)) {
-        jni_throw(env, jni_classes.illegal_argument,
-                  "bad host hash: 1..127 characters of [A-Za-z0-9_-]");
-        goto out;
-    }
-    if (a.nics && a.nnics == 0) {
-        jni_throw(env, jni_classes.illegal_argument, "the list of interfaces is empty");
-        goto out;
-    }
-    if (hvd_addrs_parse(addr_text, &a.addrs, &a.naddrs, &err) != 0) {
-        hvd_err_prefix(&err, "bad driver addresses: ");
-        jni_throw_err(env, &err);
-        goto out;
-    }
-    if (a.nenv_add && !(a.env = jni_env_merge(environ, a.env_add))) {
-        jni_throw_oom(env, "the task environment");
-        goto out;
-    }
     if (!(jt = calloc(1, sizeof *jt))) {
         jni_throw_oom(env, TASK);
         goto out;
     }
     snprintf(jt->log_prefix, sizeof jt->log_prefix, "hvd-task[%d]", (int)index);
     cfg.index = (uint32_t)index;
-    (*env)->GetByteArrayRegion(env, secret, 0, HVD_SECRET_LEN, (jbyte *)cfg.secret.key);
-    if ((*env)->ExceptionCheck(env)) goto out;
     cfg.driver_addrs = a.addrs;
     cfg.n_driver_addrs = a.naddrs;
     cfg.host_hash = a.host_hash;
@@ -126,17 +157,13 @@ JNIEXPORT jlong JNICALL Java_org_hvdbridge_TaskService_nativeStart(
     cfg.log = task_log;
     cfg.log_user = jt;
     cfg.log_level = log_level;
-    /* Blocks while registering (up to the start timeout); the library copies the config. */
-    jt->t = hvd_task_start(&cfg, &err);
-    hvd_secret_wipe(&cfg.secret);
-    if (!jt->t) jni_throw_err(env, &err);
-out:
-    free(addr_text);
-    task_args_free(&a);
-    if (jt && !jt->t) {
+    task_open(env, jt, secret, &cfg);
+    if (!jt->t) {
         free(jt);
         jt = NULL;
     }
+out:
+    task_args_free(&a);
     return (jlong)(intptr_t)jt;
 }
 
@@ -170,16 +197,15 @@ JNIEXPORT jobject JNICALL Java_org_hvdbridge_TaskService_nativeResult(JNIEnv *en
         jni_throw_hvd(env, HVD_E_INTERNAL, "cannot read the task's result (out of memory?)");
         return NULL;
     }
-    jobject out = NULL;
-    if (r.present) {
-        jbyteArray data = jni_new_bytes(env, r.result.data, r.result.len);
-        jbyteArray error = data && r.error ? jni_new_text(env, r.error) : NULL;
-        if (data && !(*env)->ExceptionCheck(env))
-            out =
-                (*env)->NewObject(env, jni_classes.rank_result, jni_classes.rank_result_ctor,
-                                  (jint)r.rank, (jint)(r.index > INT32_MAX ? -1 : (int32_t)r.index),
-                                  NULL, JNI_TRUE, (jint)r.status, data, error);
-    }
+    /* A RankResult like the driver's, with no host hash. */
+    hvd_rank_result rr = {.rank = r.rank,
+                          .index = r.index,
+                          .present = true,
+                          .status = r.status,
+                          .data = r.result.data,
+                          .len = r.result.len,
+                          .error = r.error};
+    jobject out = r.present ? jni_new_rank_result(env, &rr) : NULL;
     hvd_msg_free(&hvd_result_desc, &r);
     return out;
 }

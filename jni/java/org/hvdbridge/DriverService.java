@@ -1,6 +1,7 @@
 package org.hvdbridge;
 
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.LongFunction;
 
 /**
  * The driver service of one job (libhvd_driver, include/hvd/driver.h) and the mpirun launch
@@ -75,8 +76,7 @@ public final class DriverService implements AutoCloseable {
         if (numTasks < 1) throw new IllegalArgumentException("the number of tasks must be >= 1, not " + numTasks);
         if (entry == null) throw new NullPointerException("the entry point is null");
         Options o = options != null ? options : new Options();
-        if (o.nics != null && o.nics.length == 0)
-            throw new IllegalArgumentException("the list of interfaces is empty: give one, or null to probe");
+        Text.checkInterfaces(o.nics, "to probe");
         if (o.port < 0 || o.port > 65535) throw new IllegalArgumentException("bad port " + o.port);
         byte[][] argv = Text.bytes(entry.argv, "the entry point command");
         byte[] symbol = Text.bytes(entry.symbol, "the entry point symbol");
@@ -98,32 +98,20 @@ public final class DriverService implements AutoCloseable {
      * the task closure, which spark.network.crypto.enabled encrypts.
      */
     public byte[] secret() {
-        long h = handle.acquire();
-        try {
-            return nativeSecret(h);
-        } finally {
-            handle.release();
-        }
+        return handle.call(DriverService::nativeSecret);
     }
 
     /** The addresses tasks reach the driver at, in text form ("lo=127.0.0.1:4000,..."). */
     public String addresses() {
-        long h = handle.acquire();
-        try {
-            return Text.string(nativeAddresses(h));
-        } finally {
-            handle.release();
-        }
+        return Text.string(handle.call(DriverService::nativeAddresses));
     }
 
     /** Waits until all N tasks registered; timeoutMs < 0 waits without limit. */
     public void waitForRegistration(int timeoutMs) {
-        long h = lockOp();
-        try {
+        serialized(h -> {
             nativeWaitRegistration(h, timeoutMs);
-        } finally {
-            unlockOp();
-        }
+            return null;
+        });
     }
 
     /**
@@ -131,26 +119,12 @@ public final class DriverService implements AutoCloseable {
      * (after {@link #waitForRegistration}).
      */
     public String[] commonInterfaces(int timeoutMs) {
-        long h = lockOp();
-        try {
-            byte[][] v = nativeCommonInterfaces(h, timeoutMs);
-            String[] out = new String[v.length];
-            for (int i = 0; i < v.length; i++)
-                out[i] = Text.string(v[i]);
-            return out;
-        } finally {
-            unlockOp();
-        }
+        return Text.strings(serialized(h -> nativeCommonInterfaces(h, timeoutMs)));
     }
 
     /** mpirun's -H list, "hosthash:slots,..." with task 0's host first (after registration). */
     public String hostList() {
-        long h = lockOp();
-        try {
-            return Text.string(nativeHostList(h));
-        } finally {
-            unlockOp();
-        }
+        return Text.string(serialized(DriverService::nativeHostList));
     }
 
     /**
@@ -169,36 +143,26 @@ public final class DriverService implements AutoCloseable {
         byte[] bin = Text.bytes(binDir, "the bin dir");
         byte[][] mpiArgs = Text.bytes(o.mpiArgs.toArray(new String[0]), "the mpirun arguments");
         byte[][] env = Text.env(o.env, "the mpirun environment");
-        long h = lockOp();
-        try {
-            if (jobRan) throw new IllegalStateException("runJob was already called: a driver service runs one job");
-            jobRan = true;
-            int[] st = nativeRunJob(h, bin, mpiArgs, o.timeoutSeconds, o.startTimeoutMs, o.verbose, env);
-            return new JobResult(st[0], st[1] != 0, nativeResults(h));
-        } finally {
-            nativeShutdownTasks(h);
-            unlockOp();
-        }
+        return serialized(h -> {
+            try {
+                if (jobRan) throw new IllegalStateException("runJob was already called: a driver service runs one job");
+                jobRan = true;
+                int[] st = nativeRunJob(h, bin, mpiArgs, o.timeoutSeconds, o.startTimeoutMs, o.verbose, env);
+                return new JobResult(st[0], st[1] != 0, nativeResults(h));
+            } finally {
+                nativeShutdownTasks(h);
+            }
+        });
     }
 
     /** Every rank's result so far, in rank order (ranks that did not report: present=false). */
     public RankResult[] results() {
-        long h = handle.acquire();
-        try {
-            return nativeResults(h);
-        } finally {
-            handle.release();
-        }
+        return handle.call(DriverService::nativeResults);
     }
 
     /** Tells every task to end (they abort what they run). Any thread. */
     public void shutdownTasks() {
-        long h = handle.acquire();
-        try {
-            nativeShutdownTasks(h);
-        } finally {
-            handle.release();
-        }
+        handle.run(DriverService::nativeShutdownTasks);
     }
 
     /**
@@ -208,18 +172,10 @@ public final class DriverService implements AutoCloseable {
      */
     public void abort(String reason) {
         byte[] r = Text.bytes(reason == null ? "aborted" : reason.replace('\0', ' '), "the reason");
-        long h;
-        try {
-            h = handle.acquire();
-        } catch (IllegalStateException closed) {
-            return;
-        }
-        try {
+        handle.runIfOpen(h -> {
             nativeAbort(h, r);
             nativeShutdownTasks(h);
-        } finally {
-            handle.release();
-        }
+        });
     }
 
     /** True once {@link #close()} was called. */
@@ -233,15 +189,8 @@ public final class DriverService implements AutoCloseable {
      */
     @Override
     public void close() {
-        long h = handle.beginClose();
-        if (h == 0) return;
-        try {
-            nativeAbort(h, Text.bytes("the driver service was closed", "reason"));
-            handle.awaitIdle();
-        } finally {
-            nativeStop(h);
-            handle.finishClose();
-        }
+        byte[] reason = Text.bytes("the driver service was closed", "reason");
+        handle.close(h -> nativeAbort(h, reason), DriverService::nativeStop);
     }
 
     @Override
@@ -249,21 +198,21 @@ public final class DriverService implements AutoCloseable {
         return "DriverService{tasks=" + numTasks + (handle.isClosed() ? ", closed" : "") + "}";
     }
 
-    private long lockOp() {
-        long h = handle.acquire();
-        try {
-            opLock.lockInterruptibly();
-        } catch (InterruptedException e) {
-            handle.release();
-            Thread.currentThread().interrupt();
-            throw new HvdException("interrupted while waiting for another driver operation", HvdException.STATE);
-        }
-        return h;
-    }
-
-    private void unlockOp() {
-        opLock.unlock();
-        handle.release();
+    /* f(handle), one driver operation at a time (opLock). */
+    private <T> T serialized(LongFunction<T> f) {
+        return handle.call(h -> {
+            try {
+                opLock.lockInterruptibly();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new HvdException("interrupted while waiting for another driver operation", HvdException.STATE);
+            }
+            try {
+                return f.apply(h);
+            } finally {
+                opLock.unlock();
+            }
+        });
     }
 
     private static native long nativeStart(int numTasks, int kind, byte[][] argv, byte[] object, byte[] symbol,

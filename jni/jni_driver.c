@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strv.h"
 #include "hvd/driver.h"
 #include "hvd/launch.h"
 #include "jni_util.h"
@@ -13,7 +14,7 @@
 /* What a Java DriverService's handle points to. */
 typedef struct jni_driver {
     hvd_driver *d;
-    hvd_secret secret; /* for the tasks (nativeSecret) and mpirun's environment */
+    hvd_secret secret; /* for the tasks (nativeSecret) */
     char *addrs;       /* the driver's addresses, text form */
     uint32_t num_tasks;
     bool verbose; /* progress lines to stderr */
@@ -35,100 +36,120 @@ static void driver_free(jni_driver *jd) {
     free(jd);
 }
 
+/* Checks the numbers nativeStart takes; throws IllegalArgumentException for a bad one. */
+static bool start_numbers_ok(JNIEnv *env, jint num_tasks, jint kind, jint port) {
+    if (num_tasks < 1)
+        jni_throw(env, jni_classes.illegal_argument, "the number of tasks must be >= 1, not %d",
+                  (int)num_tasks);
+    else if (port < 0 || port > 65535)
+        jni_throw(env, jni_classes.illegal_argument, "bad port %d", (int)port);
+    else if (kind != HVD_CODE_ARGV && kind != HVD_CODE_SHARED_OBJECT)
+        jni_throw(env, jni_classes.illegal_argument, "unknown entry point kind %d", (int)kind);
+    else
+        return true;
+    return false;
+}
+
+/* Converts the entry point of nativeStart (a command, or a shared object with its symbol and
+ * argument) into code; code_free frees it, also after a failure. Returns 0, or -1 with an
+ * exception pending. */
+static int entry_point(JNIEnv *env, jint kind, jobjectArray argv, jbyteArray object,
+                       jbyteArray symbol, jbyteArray arg, hvd_code_msg *code) {
+    code->kind = (uint32_t)kind;
+    if (kind == HVD_CODE_ARGV) {
+        if (jni_textv(env, argv, false, "the entry point command", &code->argv.v, &code->argv.n) !=
+            0)
+            return -1;
+        if (code->argv.n == 0 || !code->argv.v[0][0]) {
+            jni_throw(env, jni_classes.illegal_argument, "the entry point command is empty");
+            return -1;
+        }
+        return 0;
+    }
+    if (jni_bytes(env, object, "the shared object", &code->object.data, &code->object.len) != 0 ||
+        jni_text(env, symbol, false, "the entry point symbol", &code->symbol) != 0 ||
+        jni_bytes(env, arg, "the entry point argument", &code->arg.data, &code->arg.len) != 0)
+        return -1;
+    if (code->object.len == 0 || !code->symbol[0]) {
+        jni_throw(env, jni_classes.illegal_argument,
+                  "a shared-object entry point needs the object's bytes and a symbol");
+        return -1;
+    }
+    return 0;
+}
+
+static void code_free(hvd_code_msg *code) {
+    hvd_strv_free(code->argv.v);
+    free(code->object.data);
+    free(code->symbol);
+    free(code->arg.data);
+}
+
+/* Generates the job's secret, starts the driver service of cfg with it and keeps the
+ * service's addresses in text form. Returns 0, or -1 with an exception pending (the caller
+ * then frees jd). */
+static int driver_open(JNIEnv *env, jni_driver *jd, hvd_driver_config *cfg) {
+    hvd_err err = {0};
+    if (hvd_secret_generate(&jd->secret, &err) != 0) {
+        jni_throw_err(env, &err);
+        return -1;
+    }
+    cfg->secret = jd->secret;
+    cfg->log = driver_log;
+    cfg->log_user = jd;
+    jd->d = hvd_driver_start(cfg, &err);
+    hvd_secret_wipe(&cfg->secret);
+    if (!jd->d) {
+        jni_throw_err(env, &err);
+        return -1;
+    }
+    hvd_addr *addrs;
+    size_t naddrs;
+    if (hvd_driver_addrs(jd->d, &addrs, &naddrs, &err) != 0) {
+        jni_throw_err(env, &err);
+        return -1;
+    }
+    jd->addrs = hvd_addrs_format(addrs, naddrs);
+    free(addrs);
+    if (!jd->addrs) {
+        jni_throw_oom(env, "the driver's addresses");
+        return -1;
+    }
+    return 0;
+}
+
 JNIEXPORT jlong JNICALL Java_org_hvdbridge_DriverService_nativeStart(
     JNIEnv *env, jclass cls, jint num_tasks, jint kind, jobjectArray argv, jbyteArray object,
     jbyteArray symbol, jbyteArray arg, jobjectArray nics, jbyteArray bind_host, jint port,
     jboolean verbose) {
     (void)cls;
-    if (num_tasks < 1) {
-        jni_throw(env, jni_classes.illegal_argument, "the number of tasks must be >= 1, not %d",
-                  (int)num_tasks);
-        return 0;
-    }
-    if (port < 0 || port > 65535) {
-        jni_throw(env, jni_classes.illegal_argument, "bad port %d", (int)port);
-        return 0;
-    }
-    if (kind != HVD_CODE_ARGV && kind != HVD_CODE_SHARED_OBJECT) {
-        jni_throw(env, jni_classes.illegal_argument, "unknown entry point kind %d", (int)kind);
-        return 0;
-    }
-    hvd_code_msg code = {.kind = (uint32_t)kind};
+    if (!start_numbers_ok(env, num_tasks, kind, port)) return 0;
+    hvd_code_msg code = {0};
     char **nicv = NULL, *bind = NULL;
     size_t nnics = 0;
     jni_driver *jd = NULL;
-    hvd_err err = {0};
-    if (kind == HVD_CODE_ARGV) {
-        if (jni_textv(env, argv, false, "the entry point command", &code.argv.v, &code.argv.n) != 0)
-            goto out;
-        if (code.argv.n == 0 || !code.argv.v[0][0]) {
-            jni_throw(env, jni_classes.illegal_argument, "the entry point command is empty");
-            goto out;
-        }
-    } else {
-        if (jni_bytes(env, object, "the shared object", &code.object.data, &code.object.len) != 0 ||
-            jni_text(env, symbol, false, "the entry point symbol", &code.symbol) != 0 ||
-            jni_bytes(env, arg, "the entry point argument", &code.arg.data, &code.arg.len) != 0)
-            goto out;
-        if (code.object.len == 0 || !code.symbol[0]) {
-            jni_throw(env, jni_classes.illegal_argument,
-                      "a shared-object entry point needs the object's bytes and a symbol");
-            goto out;
-        }
-    }
-    if (jni_textv(env, nics, true, "the interfaces", &nicv, &nnics) != 0 ||
+    if (entry_point(env, kind, argv, object, symbol, arg, &code) != 0 ||
+        jni_nics(env, nics, &nicv, &nnics) != 0 ||
         jni_text(env, bind_host, true, "the bind address", &bind) != 0)
         goto out;
-    if (nicv && nnics == 0) {
-        jni_throw(env, jni_classes.illegal_argument, "the list of interfaces is empty");
-        goto out;
-    }
     if (!(jd = calloc(1, sizeof *jd))) {
         jni_throw_oom(env, DRIVER);
         goto out;
     }
     jd->num_tasks = (uint32_t)num_tasks;
     jd->verbose = verbose;
-    if (hvd_secret_generate(&jd->secret, &err) != 0) {
-        jni_throw_err(env, &err);
-        goto fail;
-    }
     hvd_driver_config cfg = {.num_tasks = (uint32_t)num_tasks,
-                             .secret = jd->secret,
                              .code = &code,
                              .nics = (const char *const *)nicv,
                              .bind_host = bind,
-                             .port = (uint16_t)port,
-                             .log = driver_log,
-                             .log_user = jd};
-    jd->d = hvd_driver_start(&cfg, &err);
-    hvd_secret_wipe(&cfg.secret);
-    if (!jd->d) {
-        jni_throw_err(env, &err);
-        goto fail;
+                             .port = (uint16_t)port};
+    if (driver_open(env, jd, &cfg) != 0) {
+        driver_free(jd);
+        jd = NULL;
     }
-    hvd_addr *addrs;
-    size_t naddrs;
-    if (hvd_driver_addrs(jd->d, &addrs, &naddrs, &err) != 0) {
-        jni_throw_err(env, &err);
-        goto fail;
-    }
-    jd->addrs = hvd_addrs_format(addrs, naddrs);
-    free(addrs);
-    if (!jd->addrs) {
-        jni_throw_oom(env, "the driver's addresses");
-        goto fail;
-    }
-    goto out;
-fail:
-    driver_free(jd);
-    jd = NULL;
 out:
-    jni_textv_free(code.argv.v);
-    free(code.object.data);
-    free(code.symbol);
-    free(code.arg.data);
-    jni_textv_free(nicv);
+    code_free(&code);
+    hvd_strv_free(nicv);
     free(bind);
     return (jlong)(intptr_t)jd;
 }
@@ -156,12 +177,6 @@ JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeWaitRegistration(J
     if (jd && hvd_driver_wait_registration(jd->d, timeout_ms, &err) != 0) jni_throw_err(env, &err);
 }
 
-static void free_strv(char **v) {
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeCommonInterfaces(
     JNIEnv *env, jclass cls, jlong h, jint timeout_ms) {
     (void)cls;
@@ -173,20 +188,8 @@ JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeCommonInte
         jni_throw_err(env, &err);
         return NULL;
     }
-    jsize n = 0;
-    while (ifaces[n])
-        n++;
-    jobjectArray out = (*env)->NewObjectArray(env, n, jni_classes.byte_array, NULL);
-    for (jsize i = 0; out && i < n; i++) {
-        jbyteArray s = jni_new_text(env, ifaces[i]);
-        if (!s) {
-            out = NULL;
-            break;
-        }
-        (*env)->SetObjectArrayElement(env, out, i, s);
-        (*env)->DeleteLocalRef(env, s);
-    }
-    free_strv(ifaces);
+    jobjectArray out = jni_new_text_array(env, (const char *const *)ifaces);
+    hvd_strv_free(ifaces);
     return out;
 }
 
@@ -228,15 +231,8 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
     hvd_err err = {0};
     if (jni_text(env, bin_dir, false, "the bin dir", &bin) != 0 ||
         jni_textv(env, mpi_args, true, "the mpirun arguments", &args, &nargs) != 0 ||
-        jni_textv(env, extra_env, true, "the mpirun environment", &user_env, &nenv) != 0)
+        jni_env_entries(env, extra_env, "the mpirun environment", &user_env, &nenv) != 0)
         goto out;
-    for (size_t i = 0; i < nenv; i++) {
-        if (!strchr(user_env[i], '=') || user_env[i][0] == '=') {
-            jni_throw(env, jni_classes.illegal_argument,
-                      "the mpirun environment entry %zu is not NAME=VALUE", i);
-            goto out;
-        }
-    }
     /* The secret and the driver's addresses reach mpirun and hvd-rsh through the
      * environment hvd_launch_job builds (never setenv in a JVM, never a command line). */
     hvd_launch_config lc = {.np = (int)jd->num_tasks,
@@ -257,9 +253,13 @@ JNIEXPORT jintArray JNICALL Java_org_hvdbridge_DriverService_nativeRunJob(
     if (out) (*env)->SetIntArrayRegion(env, out, 0, 2, st);
 out:
     free(bin);
-    jni_textv_free(args);
-    jni_textv_free(user_env);
+    hvd_strv_free(args);
+    hvd_strv_free(user_env);
     return out;
+}
+
+static jobject result_at(JNIEnv *env, const void *items, size_t i) {
+    return jni_new_rank_result(env, &((const hvd_rank_result *)items)[i]);
 }
 
 JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeResults(JNIEnv *env,
@@ -274,25 +274,7 @@ JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeResults(JN
         jni_throw_err(env, &err);
         return NULL;
     }
-    jobjectArray out = (*env)->NewObjectArray(env, (jsize)n, jni_classes.rank_result, NULL);
-    for (size_t i = 0; out && i < n; i++) {
-        if ((*env)->PushLocalFrame(env, 8) != 0) {
-            out = NULL;
-            break;
-        }
-        jbyteArray host = jni_new_text(env, r[i].host_hash);
-        jbyteArray data = jni_new_bytes(env, r[i].data, r[i].len);
-        jbyteArray error = jni_new_text(env, r[i].error);
-        jobject rr = NULL;
-        if (!(*env)->ExceptionCheck(env))
-            rr = (*env)->NewObject(env, jni_classes.rank_result, jni_classes.rank_result_ctor,
-                                   (jint)r[i].rank,
-                                   (jint)(r[i].index > INT32_MAX ? -1 : (int32_t)r[i].index), host,
-                                   (jboolean)r[i].present, (jint)r[i].status, data, error);
-        if (rr) (*env)->SetObjectArrayElement(env, out, (jsize)i, rr);
-        (*env)->PopLocalFrame(env, NULL);
-        if ((*env)->ExceptionCheck(env)) out = NULL;
-    }
+    jobjectArray out = jni_new_array(env, jni_classes.rank_result, n, result_at, r);
     hvd_driver_results_free(r, n);
     return out;
 }

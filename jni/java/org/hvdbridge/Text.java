@@ -44,6 +44,19 @@ final class Text {
         requireString(value, what + ": the value of " + name);
     }
 
+    /* Checks and puts one variable of an environment option (JobOptions, TaskService.Config). */
+    static void putVariable(Map<String, String> env, String name, String value, String what) {
+        checkVariable(name, value, what);
+        env.put(name, value);
+    }
+
+    /* The interfaces option of the driver and the tasks may be null (nullMeans says what null
+     * does) but not empty. */
+    static void checkInterfaces(String[] v, String nullMeans) {
+        if (v != null && v.length == 0)
+            throw new IllegalArgumentException("the list of interfaces is empty: give one, or null " + nullMeans);
+    }
+
     /* "NAME=VALUE" entries. */
     static byte[][] env(Map<String, String> env, String what) {
         if (env == null) return new byte[0][];
@@ -58,5 +71,12 @@ final class Text {
 
     static String string(byte[] b) {
         return b == null ? null : new String(b, StandardCharsets.UTF_8);
+    }
+
+    static String[] strings(byte[][] v) {
+        String[] out = new String[v.length];
+        for (int i = 0; i < v.length; i++)
+            out[i] = string(v[i]);
+        return out;
     }
 }

@@ -1,5 +1,5 @@
-/* Exceptions, conversions between Java arrays and C strings, the environment merge and the
- * stderr log sink shared by the JNI glue; JNI_OnLoad. */
+/* Exceptions, conversions between Java arrays and C strings and the stderr log sink shared by
+ * the JNI glue; JNI_OnLoad. */
 #include "jni_util.h"
 
 #include <stdarg.h>
@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/io.h"
+#include "common/strv.h"
 #include "org_hvdbridge_NativeLibrary.h"
 
 jni_cache jni_classes;
@@ -65,25 +67,30 @@ void jni_throw_err(JNIEnv *env, const hvd_err *err) {
                    err->msg[0] ? err->msg : "unknown error in the native library");
 }
 
-void jni_throw_hvd(JNIEnv *env, int code, const char *fmt, ...) {
+/* Throws cls (one of jni_classes) with the formatted message, or HvdException with code when
+ * cls is NULL. Keeps an exception already pending. */
+static void throw_v(JNIEnv *env, jclass cls, int code, const char *fmt, va_list ap) {
     if ((*env)->ExceptionCheck(env)) return;
     char msg[HVD_ERR_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (!cls)
+        throw_hvd_text(env, code, msg);
+    else /* The messages are ASCII sentences of the glue's callers: valid modified UTF-8. */
+        (*env)->ThrowNew(env, cls, msg);
+}
+
+void jni_throw_hvd(JNIEnv *env, int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    throw_v(env, NULL, code, fmt, ap);
     va_end(ap);
-    throw_hvd_text(env, code, msg);
 }
 
 void jni_throw(JNIEnv *env, jclass cls, const char *fmt, ...) {
-    if ((*env)->ExceptionCheck(env)) return;
-    char msg[HVD_ERR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    throw_v(env, cls, 0, fmt, ap);
     va_end(ap);
-    /* The messages are ASCII sentences of this file's callers: valid modified UTF-8. */
-    (*env)->ThrowNew(env, cls, msg);
 }
 
 void jni_throw_oom(JNIEnv *env, const char *what) {
@@ -137,12 +144,6 @@ int jni_text(JNIEnv *env, jbyteArray a, bool may_be_null, const char *what, char
     return 0;
 }
 
-void jni_textv_free(char **v) {
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 int jni_textv(JNIEnv *env, jobjectArray a, bool may_be_null, const char *what, char ***out,
               size_t *n) {
     *out = NULL;
@@ -176,8 +177,37 @@ int jni_textv(JNIEnv *env, jobjectArray a, bool may_be_null, const char *what, c
     *n = (size_t)len;
     return 0;
 fail:
-    jni_textv_free(v);
+    hvd_strv_free(v);
     return -1;
+}
+
+/* Frees *v and empties it, and returns -1: the failure path of the jni_textv variants. */
+static int drop_textv(char ***v, size_t *n) {
+    hvd_strv_free(*v);
+    *v = NULL;
+    *n = 0;
+    return -1;
+}
+
+int jni_nics(JNIEnv *env, jobjectArray a, char ***out, size_t *n) {
+    if (jni_textv(env, a, true, "the interfaces", out, n) != 0) return -1;
+    if (*out && *n == 0) {
+        jni_throw(env, jni_classes.illegal_argument, "the list of interfaces is empty");
+        return drop_textv(out, n);
+    }
+    return 0;
+}
+
+int jni_env_entries(JNIEnv *env, jobjectArray a, const char *what, char ***out, size_t *n) {
+    if (jni_textv(env, a, true, what, out, n) != 0) return -1;
+    for (size_t i = 0; i < *n; i++) {
+        const char *e = (*out)[i];
+        if (!strchr(e, '=') || e[0] == '=') {
+            jni_throw(env, jni_classes.illegal_argument, "%s entry %zu is not NAME=VALUE", what, i);
+            return drop_textv(out, n);
+        }
+    }
+    return 0;
 }
 
 jbyteArray jni_new_bytes(JNIEnv *env, const void *data, size_t len) {
@@ -195,29 +225,39 @@ jbyteArray jni_new_text(JNIEnv *env, const char *s) {
     return s ? jni_new_bytes(env, s, strlen(s)) : NULL;
 }
 
-static size_t name_len(const char *entry) {
-    return strcspn(entry, "=");
+jobjectArray jni_new_array(JNIEnv *env, jclass cls, size_t n, jni_make_fn *make,
+                           const void *items) {
+    if (n > (size_t)INT32_MAX) {
+        jni_throw(env, jni_classes.out_of_memory, "%zu elements do not fit in a Java array", n);
+        return NULL;
+    }
+    jobjectArray out = (*env)->NewObjectArray(env, (jsize)n, cls, NULL);
+    for (size_t i = 0; out && i < n; i++) {
+        if ((*env)->PushLocalFrame(env, 8) != 0) return NULL;
+        jobject e = make(env, items, i);
+        if (e) (*env)->SetObjectArrayElement(env, out, (jsize)i, e);
+        (*env)->PopLocalFrame(env, NULL);
+        if ((*env)->ExceptionCheck(env)) out = NULL;
+    }
+    return out;
 }
 
-char **jni_env_merge(char *const *base, char *const *add) {
-    size_t nb = 0, na = 0;
-    while (base && base[nb])
-        nb++;
-    while (add && add[na])
-        na++;
-    char **v = calloc(nb + na + 1, sizeof *v);
-    if (!v) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < nb; i++) {
-        size_t len = name_len(base[i]);
-        bool replaced = false;
-        for (size_t j = 0; j < na && !replaced; j++)
-            replaced = name_len(add[j]) == len && strncmp(add[j], base[i], len) == 0;
-        if (!replaced) v[k++] = base[i];
-    }
-    for (size_t j = 0; j < na; j++)
-        v[k++] = add[j];
-    return v;
+static jobject text_at(JNIEnv *env, const void *items, size_t i) {
+    return jni_new_text(env, ((const char *const *)items)[i]);
+}
+
+jobjectArray jni_new_text_array(JNIEnv *env, const char *const *v) {
+    return jni_new_array(env, jni_classes.byte_array, hvd_strv_len(v), text_at, v);
+}
+
+jobject jni_new_rank_result(JNIEnv *env, const hvd_rank_result *r) {
+    jbyteArray host = jni_new_text(env, r->host_hash), data = NULL, error = NULL;
+    if (!(*env)->ExceptionCheck(env)) data = jni_new_bytes(env, r->data, r->len);
+    if (data) error = jni_new_text(env, r->error);
+    if (!data || (*env)->ExceptionCheck(env)) return NULL;
+    return (*env)->NewObject(env, jni_classes.rank_result, jni_classes.rank_result_ctor,
+                             (jint)r->rank, (jint)(r->index > INT32_MAX ? -1 : (int32_t)r->index),
+                             host, (jboolean)r->present, (jint)r->status, data, error);
 }
 
 void jni_log_stderr(const char *prefix, const char *line) {
@@ -228,5 +268,5 @@ void jni_log_stderr(const char *prefix, const char *line) {
         n = (int)sizeof buf - 1;
         buf[n - 1] = '\n';
     }
-    (void)!write(STDERR_FILENO, buf, (size_t)n);
+    (void)hvd_write_all(STDERR_FILENO, buf, (size_t)n);
 }

@@ -53,8 +53,7 @@ public final class JobOptions {
 
     /** Adds NAME=VALUE to mpirun's environment (and with {@code -x NAME}, the ranks'). */
     public JobOptions env(String name, String value) {
-        Text.checkVariable(name, value, "the mpirun environment");
-        env.put(name, value);
+        Text.putVariable(env, name, value, "the mpirun environment");
         return this;
     }
 
