@@ -29,7 +29,9 @@ typedef struct launch_opts {
     const char *entry;     /* --entry LIB.so:SYMBOL */
     const char *entry_arg; /* --entry-arg STR */
     char **command;        /* -- COMMAND ARGS... (NULL-terminated) */
+    const char *payload;   /* --payload FILE: the command's payload (an ARGV_IO entry point) */
     bool verbose;
+    bool quiet;                  /* --quiet: no results table, only a failure line */
     const char *ssh_hosts;       /* --ssh-hosts h1:slots,...: start the tasks there over ssh */
     int ssh_port;                /* --ssh-port (0: 22) */
     const char *ssh_user;        /* --ssh-user (NULL: this user, or user@ in the host list) */

@@ -16,17 +16,37 @@
 #include "hvd/proto.h"
 #include "launcher.h"
 
+/* Reads a whole file into a malloc'd buffer. Returns 0, or -1 after printing why. */
+static int read_file(const char *path, const char *what, hvd_bytes *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "hvd-driver: cannot read %s %s: %s\n", what, path, strerror(errno));
+        return -1;
+    }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    out->len = len > 0 ? (size_t)len : 0;
+    out->data = malloc(out->len ? out->len : 1);
+    if (!out->data || fread(out->data, 1, out->len, f) != out->len) {
+        fprintf(stderr, "hvd-driver: cannot read %s %s\n", what, path);
+        free(out->data);
+        out->data = NULL;
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    return 0;
+}
+
 /* Reads the entry point into the message the driver hands to ranks. */
 static int load_code(const launch_opts *o, hvd_code_msg *code) {
     memset(code, 0, sizeof *code);
     if (o->command) {
-        size_t n = 0;
-        while (o->command[n])
-            n++;
-        code->kind = HVD_CODE_ARGV;
+        code->kind = o->payload ? HVD_CODE_ARGV_IO : HVD_CODE_ARGV;
         code->argv.v = o->command;
-        code->argv.n = n;
-        return 0;
+        code->argv.n = hvd_strv_len((const char *const *)o->command);
+        return o->payload ? read_file(o->payload, "the payload", &code->object) : 0;
     }
     const char *colon = strrchr(o->entry, ':');
     if (!colon || colon == o->entry || !colon[1]) {
@@ -34,27 +54,9 @@ static int load_code(const launch_opts *o, hvd_code_msg *code) {
         return -1;
     }
     char *path = strndup(o->entry, (size_t)(colon - o->entry));
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "hvd-driver: cannot read the entry point %s: %s\n", path, strerror(errno));
-        free(path);
-        return -1;
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    code->object.data = malloc(len > 0 ? (size_t)len : 1);
-    code->object.len = len > 0 ? (size_t)len : 0;
-    if (fread(code->object.data, 1, code->object.len, f) != code->object.len) {
-        fprintf(stderr, "hvd-driver: cannot read the entry point %s\n", path);
-        free(code->object.data);
-        code->object.data = NULL;
-        fclose(f);
-        free(path);
-        return -1;
-    }
-    fclose(f);
+    int rc = read_file(path, "the entry point", &code->object);
     free(path);
+    if (rc != 0) return -1;
     code->kind = HVD_CODE_SHARED_OBJECT;
     code->symbol = (char *)(colon + 1);
     code->arg.data = (uint8_t *)(o->entry_arg ? o->entry_arg : "");
@@ -289,7 +291,7 @@ static void job_end(job *j) {
     hvd_strv_free(j->job_env);
     hvd_strv_free(j->nics);
     free(j->addrs);
-    if (j->code.kind == HVD_CODE_SHARED_OBJECT) free(j->code.object.data);
+    free(j->code.object.data);
     launch_opts_free(&j->o);
     if (j->dir.path[0]) hvd_remove_tree(j->dir.path);
 }

@@ -56,6 +56,9 @@ static const char USAGE[] =
     "                      hvd_entry_fn (include/hvd/entry.h)\n"
     "  --entry-arg STR     argument bytes for the shared-object entry point\n"
     "  -- COMMAND ARGS     entry point: a program each rank runs (found in PATH)\n"
+    "  --payload FILE      give the program FILE's bytes on descriptor 3 ($HVD_PAYLOAD_FD);\n"
+    "                      what it writes to descriptor 4 ($HVD_RESULT_FD) is its rank's\n"
+    "                      result (--results-json result_hex)\n"
     "  --timeout S         stop the job after S seconds (default: none)\n"
     "  --start-timeout S   time for tasks to register and for commands to start (default 120)\n"
     "  --net-timeout S     a task service the driver hears nothing from for about S seconds\n"
@@ -67,6 +70,7 @@ static const char USAGE[] =
     "  --mpi-arg ARG       pass ARG to mpirun (repeat for several words)\n"
     "  --results-json FILE write every rank's result as JSON\n"
     "  --verbose           print the mpirun command and progress\n"
+    "  --quiet             no results table at the end (a failure is still named)\n"
     "  --help              this text\n"
     "\n"
     "Environment: the job secret is created here and passed only in the environment\n"
@@ -103,6 +107,8 @@ enum {
     OPT_SSH_BIN_DIR,
     OPT_SSH_FAKE_HOSTS,
     OPT_VERBOSE,
+    OPT_QUIET,
+    OPT_PAYLOAD,
     OPT_HELP,
 };
 
@@ -127,6 +133,8 @@ static const struct option LONG_OPTS[] = {
     {"ssh-bin-dir", required_argument, NULL, OPT_SSH_BIN_DIR},
     {"ssh-fake-hosts", no_argument, NULL, OPT_SSH_FAKE_HOSTS},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"payload", required_argument, NULL, OPT_PAYLOAD},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -199,8 +207,14 @@ static int take(int c, const char *v, launch_opts *o) {
     case OPT_VERBOSE:
         o->verbose = true;
         return 0;
-    default:
-        return 2; /* getopt printed what was wrong */
+    case OPT_QUIET:
+        o->quiet = true;
+        return 0;
+    case OPT_PAYLOAD:
+        o->payload = v;
+        return 0;
+    default: /* an option in LONG_OPTS without a case here */
+        return usage_error("an option is not handled (a bug in hvd-driver)");
     }
 }
 
@@ -215,6 +229,7 @@ static int check(launch_opts *o) {
     if (!o->entry == !o->command)
         return usage_error("give either --entry LIB.so:SYMBOL or -- COMMAND");
     if (o->entry_arg && !o->entry) return usage_error("--entry-arg goes with --entry");
+    if (o->payload && !o->command) return usage_error("--payload goes with -- COMMAND");
     if (o->serve && !o->env_file) return usage_error("serve needs --env-file FILE");
     if (o->serve && o->local_hosts) return usage_error("serve does not start local tasks");
     if (o->ssh_hosts && o->local_hosts)

@@ -56,17 +56,10 @@ static void printable_result(const hvd_rank_result *r, char *out, size_t cap) {
         snprintf(out, cap, "%.*s...", (int)(cap - 4), (const char *)r->data);
 }
 
-int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool timed_out) {
-    hvd_rank_result *r = NULL;
-    size_t n = 0;
-    hvd_err err;
-    if (hvd_driver_results(d, &r, &n, &err) != 0) {
-        fprintf(stderr, "hvd-driver: cannot collect the results: %s\n", err.msg);
-        return mpirun_status ? mpirun_status : 1;
-    }
+/* One line per rank: task, host, status, and its error or result. */
+static void print_table(const hvd_rank_result *r, size_t n) {
     fprintf(stderr, "hvd-driver: %-5s %-5s %-40s %-7s %s\n", "rank", "task", "host hash", "status",
             "error, or result");
-    const hvd_rank_result *first_bad = NULL;
     for (size_t i = 0; i < n; i++) {
         char st[16];
         if (r[i].present)
@@ -78,8 +71,21 @@ int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool 
         fprintf(stderr, "hvd-driver: %-5d %-5u %-40s %-7s %s\n", r[i].rank, r[i].index,
                 r[i].host_hash ? r[i].host_hash : "?", st,
                 r[i].error ? r[i].error : (r[i].present ? shown : "(no result reported)"));
-        if (!first_bad && (!r[i].present || r[i].status != 0)) first_bad = &r[i];
     }
+}
+
+int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool timed_out) {
+    hvd_rank_result *r = NULL;
+    size_t n = 0;
+    hvd_err err;
+    if (hvd_driver_results(d, &r, &n, &err) != 0) {
+        fprintf(stderr, "hvd-driver: cannot collect the results: %s\n", err.msg);
+        return mpirun_status ? mpirun_status : 1;
+    }
+    if (!o->quiet) print_table(r, n);
+    const hvd_rank_result *first_bad = NULL;
+    for (size_t i = 0; i < n && !first_bad; i++)
+        if (!r[i].present || r[i].status != 0) first_bad = &r[i];
     if (o->results_json && write_json(o->results_json, r, n, mpirun_status) != 0)
         fprintf(stderr, "hvd-driver: cannot write %s\n", o->results_json);
     int rc = 0;

@@ -33,9 +33,10 @@ static int check_config(const hvd_driver_config *cfg, hvd_err *err) {
         return hvd_err_set(err, HVD_E_INVALID, "the number of tasks must be 1..%u, not %u",
                            DRV_MAX_TASKS, cfg->num_tasks);
     const hvd_code_msg *c = cfg->code;
-    if (c && c->kind != HVD_CODE_ARGV && c->kind != HVD_CODE_SHARED_OBJECT)
+    if (c && c->kind != HVD_CODE_ARGV && c->kind != HVD_CODE_SHARED_OBJECT &&
+        c->kind != HVD_CODE_ARGV_IO)
         return hvd_err_set(err, HVD_E_INVALID, "unknown entry point kind %u", c->kind);
-    if (c && c->kind == HVD_CODE_ARGV &&
+    if (c && c->kind != HVD_CODE_SHARED_OBJECT &&
         (c->argv.n == 0 || !c->argv.v || !c->argv.v[0] || !*c->argv.v[0]))
         return hvd_err_set(err, HVD_E_INVALID, "the entry point command is empty");
     if (c && c->kind == HVD_CODE_SHARED_OBJECT && (c->object.len == 0 || !c->symbol || !*c->symbol))

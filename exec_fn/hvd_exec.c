@@ -18,6 +18,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/env.h"
 #include "common/io.h"
 #include "common/proc.h"
@@ -47,7 +48,12 @@ static const char USAGE[] =
     "  HOROVOD_SPARK_WORK_DIR; HVD_DRIVER_ADDRS; HVD_SECRET or HVD_SECRET_FILE.\n"
     "Environment given to a program entry point, besides its own:\n"
     "  HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE, HVD_TASK_INDEX,\n"
-    "  HVD_GPUS (comma-separated GPU ids of the rank's task, maybe empty).\n"
+    "  HVD_GPUS (comma-separated GPU ids of the rank's task, maybe empty), and, when that\n"
+    "  task has GPUs, CUDA_VISIBLE_DEVICES with the same ids; torch.distributed's RANK,\n"
+    "  WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (MASTER_ADDR and MASTER_PORT come from\n"
+    "  mpirun). A program that takes a payload (ARGV_IO: the Python package's functions)\n"
+    "  reads it from descriptor HVD_PAYLOAD_FD (3) and may write its result bytes to\n"
+    "  HVD_RESULT_FD (4).\n"
     "\n"
     "Exit status: the entry point's status (0-255); 1 if hvd-exec itself failed, with a\n"
     "one-line reason on stderr.\n";
@@ -114,43 +120,100 @@ static void tail_last_line(const tail *t, char *out, size_t cap) {
     out[n] = '\0';
 }
 
-/* The program's environment: ours, with the rank's variables. NULL on out of memory. */
-static char **program_env(const rank_info *ri) {
-    char rank[16], size[16], lrank[16], lsize[16], index[16];
+/* The program's environment: ours, with the rank's variables under Horovod's names and
+ * torch.distributed's (MASTER_ADDR and MASTER_PORT come from mpirun), the task's GPUs as the
+ * only visible ones, and an ARGV_IO program's descriptors. NULL on out of memory. */
+static char **program_env(const rank_info *ri, bool io) {
+    char rank[16], size[16], lrank[16], lsize[16], index[16], pfd[8], rfd[8];
     snprintf(rank, sizeof rank, "%d", ri->rank);
     snprintf(size, sizeof size, "%d", ri->size);
     snprintf(lrank, sizeof lrank, "%d", ri->local_rank);
     snprintf(lsize, sizeof lsize, "%d", ri->local_size);
     snprintf(index, sizeof index, "%u", ri->index);
+    snprintf(pfd, sizeof pfd, "%d", HVD_PAYLOAD_FD);
+    snprintf(rfd, sizeof rfd, "%d", HVD_RESULT_FD);
     char *gpus = hvd_strv_join((const char *const *)ri->task.gpus.v, ",");
     if (!gpus) return NULL;
-    hvd_env_change ch[] = {{"HOROVOD_RANK", rank},        {"HOROVOD_SIZE", size},
-                           {"HOROVOD_LOCAL_RANK", lrank}, {"HOROVOD_LOCAL_SIZE", lsize},
-                           {HVD_TASK_INDEX_ENV, index},   {"HVD_GPUS", gpus}};
+    hvd_env_change ch[16] = {{"HOROVOD_RANK", rank},
+                             {"HOROVOD_SIZE", size},
+                             {"HOROVOD_LOCAL_RANK", lrank},
+                             {"HOROVOD_LOCAL_SIZE", lsize},
+                             {"RANK", rank},
+                             {"WORLD_SIZE", size},
+                             {"LOCAL_RANK", lrank},
+                             {"LOCAL_WORLD_SIZE", lsize},
+                             {HVD_TASK_INDEX_ENV, index},
+                             {"HVD_GPUS", gpus}};
+    size_t n = 10;
+    /* No GPUs of its own: CUDA_VISIBLE_DEVICES stays as the executor has it. */
+    if (gpus[0]) ch[n++] = (hvd_env_change){"CUDA_VISIBLE_DEVICES", gpus};
+    if (io) {
+        ch[n++] = (hvd_env_change){"HVD_PAYLOAD_FD", pfd};
+        ch[n++] = (hvd_env_change){"HVD_RESULT_FD", rfd};
+    }
     extern char **environ;
-    char **envp = hvd_env_build(environ, ch, sizeof ch / sizeof *ch, NULL);
+    char **envp = hvd_env_build(environ, ch, n, NULL);
     free(gpus);
     return envp;
 }
 
-/* Passes the program's stderr through as it comes, keeping its tail; a signal to us aborts the
- * program (SIGTERM to all of it, SIGKILL after the grace period). */
-static void pump_stderr(hvd_proc *p, int sig_fd, tail *t) {
-    int fd = hvd_proc_stderr_fd(p);
-    char buf[4096];
-    while (fd >= 0) {
-        struct pollfd pf[2] = {{.fd = fd, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
-        if (poll(pf, sig_fd >= 0 ? 2 : 1, -1) < 0) continue;
-        if (pf[1].revents && hvd_signals_next(sig_fd)) hvd_proc_abort(p);
-        if (!pf[0].revents) continue;
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n > 0) {
-            (void)hvd_write_all(STDERR_FILENO, buf, (size_t)n);
-            tail_add(t, buf, (size_t)n);
-        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-            fd = -1; /* end-of-file: the program and its children closed it */
-        }
+/* What a running program sends back: its stderr's tail, and an ARGV_IO program's result. */
+typedef struct program_out {
+    tail t;
+    int result_fd; /* read end of the result pipe, or -1 */
+    hvd_buf result;
+    bool too_big; /* the result passed RESULT_MAX: the rest was dropped */
+} program_out;
+
+/* A result must fit in one frame to the driver, with room for the rest of the message. */
+#define RESULT_MAX (HVD_DEFAULT_MAX_FRAME - 64 * 1024)
+
+/* Reads what fd has; returns false at end-of-file (or an error). */
+static bool drain_fd(int fd, program_out *o, bool is_stderr) {
+    char buf[65536];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0) return errno == EINTR || errno == EAGAIN;
+    if (n == 0) return false;
+    if (is_stderr) {
+        (void)hvd_write_all(STDERR_FILENO, buf, (size_t)n);
+        tail_add(&o->t, buf, (size_t)n);
+    } else if (o->result.len + (size_t)n > RESULT_MAX ||
+               hvd_buf_append(&o->result, buf, (size_t)n)) {
+        o->too_big = true;
     }
+    return true;
+}
+
+/* Passes the program's stderr through as it comes, keeping its tail, and collects its result;
+ * a signal to us aborts the program (SIGTERM to all of it, SIGKILL after the grace period).
+ * Returns once both reach end-of-file: the program and its children closed them. */
+static void pump_program(hvd_proc *p, int sig_fd, program_out *o) {
+    int efd = hvd_proc_stderr_fd(p), rfd = o->result_fd;
+    while (efd >= 0 || rfd >= 0) {
+        struct pollfd pf[3] = {{.fd = efd, .events = POLLIN},
+                               {.fd = rfd, .events = POLLIN},
+                               {.fd = sig_fd, .events = POLLIN}};
+        if (poll(pf, 3, -1) < 0) continue;
+        if (pf[2].revents && hvd_signals_next(sig_fd)) hvd_proc_abort(p);
+        if (pf[0].revents && !drain_fd(efd, o, true)) efd = -1;
+        if (pf[1].revents && !drain_fd(rfd, o, false)) rfd = -1;
+    }
+}
+
+/* An ARGV_IO program's descriptors: the payload in a memory file (fds[0]) and the write end of
+ * the result pipe (fds[1]); *result_r gets the read end. Returns 0, or -1 with error. */
+static int open_io(const hvd_bytes *payload, int fds[2], int *result_r, char *error, size_t cap) {
+    int pipefd[2] = {-1, -1};
+    fds[0] = memfd_create("hvd-payload", MFD_CLOEXEC);
+    if (fds[0] < 0 || hvd_write_all(fds[0], payload->data, payload->len) != 0 ||
+        lseek(fds[0], 0, SEEK_SET) != 0 || pipe2(pipefd, O_CLOEXEC) != 0) {
+        snprintf(error, cap, "cannot pass the payload to the program: %s", strerror(errno));
+        hvd_close_fd(&fds[0]);
+        return -1;
+    }
+    fds[1] = pipefd[1];
+    *result_r = pipefd[0];
+    return 0;
 }
 
 /* The error text of a program that failed: how it ended and its last line on stderr. */
@@ -164,30 +227,50 @@ static void program_error(const char *prog, int status, const tail *t, char *err
         snprintf(error, cap, "%s exited with status %d%s%s", prog, status, *last ? ": " : "", last);
 }
 
-/* Runs the program entry point through the process runner (stdout passed through, stderr
- * watched). Returns 0 with its status (and error text when it failed), or -1 if it could not
- * be started. */
+/* Runs a program entry point through the process runner (stdout passed through, stderr
+ * watched; an ARGV_IO program also gets the payload and a result pipe). Returns 0 with its
+ * status, its result bytes (ARGV_IO) and error text when it failed, or -1 if it could not be
+ * started. */
 static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd, int *status,
-                       char *error, size_t error_cap) {
-    char **envp = program_env(ri);
-    if (!envp) {
-        snprintf(error, error_cap, "out of memory");
+                       hvd_entry_result *res) {
+    bool io = code->kind == HVD_CODE_ARGV_IO;
+    program_out o = {.result_fd = -1};
+    int fds[2] = {-1, -1};
+    if (io && open_io(&code->object, fds, &o.result_fd, res->error, sizeof res->error) != 0)
         return -1;
-    }
-    hvd_proc_spec spec = {.argv = code->argv.v, .envp = envp, .pass_stdout = true, .stdout_fd = 1};
-    hvd_err err;
-    hvd_proc *p = hvd_proc_start(&spec, &err);
+    char **envp = program_env(ri, io);
+    hvd_proc_spec spec = {.argv = code->argv.v,
+                          .envp = envp,
+                          .pass_stdout = true,
+                          .stdout_fd = 1,
+                          .extra_fds = fds,
+                          .n_extra_fds = io ? 2 : 0};
+    hvd_err err = {.msg = "out of memory"};
+    hvd_proc *p = envp ? hvd_proc_start(&spec, &err) : NULL;
     hvd_env_free(envp);
+    hvd_close_fd(&fds[0]); /* the program holds them now */
+    hvd_close_fd(&fds[1]);
     if (!p) {
-        snprintf(error, error_cap, "%s", err.msg);
+        snprintf(res->error, sizeof res->error, "%s", err.msg);
+        hvd_close_fd(&o.result_fd);
         return -1;
     }
-    tail t = {.len = 0};
-    pump_stderr(p, sig_fd, &t);
+    pump_program(p, sig_fd, &o);
+    hvd_close_fd(&o.result_fd);
     while (hvd_proc_wait(p, -1, status) > 0) {
     }
     hvd_proc_free(p);
-    if (*status != 0) program_error(code->argv.v[0], *status, &t, error, error_cap);
+    if (*status != 0) program_error(code->argv.v[0], *status, &o.t, res->error, sizeof res->error);
+    if (o.too_big && *status == 0) {
+        *status = 1;
+        snprintf(res->error, sizeof res->error, "the result is larger than %d bytes", RESULT_MAX);
+    }
+    if (o.too_big || o.result.len == 0) {
+        hvd_buf_free(&o.result);
+    } else { /* handed over: freed with free() like a shared object's result */
+        res->data = o.result.data;
+        res->len = o.result.len;
+    }
     return 0;
 }
 
@@ -330,9 +413,8 @@ static int fetch_job(rank_info *ri, hvd_code_msg *code) {
 static int run_entry(const rank_info *ri, const hvd_code_msg *code, int sig_fd,
                      hvd_entry_result *res) {
     int status = 1;
-    if (code->kind == HVD_CODE_ARGV && code->argv.n > 0) {
-        if (run_program(ri, code, sig_fd, &status, res->error, sizeof res->error) != 0)
-            status = 127;
+    if ((code->kind == HVD_CODE_ARGV || code->kind == HVD_CODE_ARGV_IO) && code->argv.n > 0) {
+        if (run_program(ri, code, sig_fd, &status, res) != 0) status = 127;
     } else if (code->kind == HVD_CODE_SHARED_OBJECT && code->symbol) {
         if (run_object(ri, code, &status, res) != 0) status = 127;
     } else {

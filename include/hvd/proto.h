@@ -124,12 +124,17 @@ typedef struct hvd_rank_msg {
 } hvd_rank_msg;
 extern const hvd_msg_desc hvd_index_by_rank_desc;
 
-/* The job's entry point. */
-enum { HVD_CODE_ARGV = 1, HVD_CODE_SHARED_OBJECT = 2 };
+/* The job's entry point: a program; a shared object shipped as bytes; or a program that
+ * reads argument bytes (the payload) on descriptor HVD_PAYLOAD_FD and may write result bytes
+ * on HVD_RESULT_FD (the Python package runs a pickled function this way). */
+enum { HVD_CODE_ARGV = 1, HVD_CODE_SHARED_OBJECT = 2, HVD_CODE_ARGV_IO = 3 };
+/* The descriptors of an ARGV_IO program, also named in its environment (same names). */
+#define HVD_PAYLOAD_FD 3
+#define HVD_RESULT_FD  4
 typedef struct hvd_code_msg {
-    uint32_t kind;    /* HVD_CODE_ARGV or HVD_CODE_SHARED_OBJECT */
-    hvd_strv argv;    /* ARGV: the program and its arguments */
-    hvd_bytes object; /* SHARED_OBJECT: the .so file's bytes */
+    uint32_t kind;    /* HVD_CODE_ARGV, HVD_CODE_SHARED_OBJECT or HVD_CODE_ARGV_IO */
+    hvd_strv argv;    /* ARGV, ARGV_IO: the program and its arguments */
+    hvd_bytes object; /* SHARED_OBJECT: the .so file's bytes; ARGV_IO: the payload */
     char *symbol;     /* SHARED_OBJECT: the hvd_entry_fn to call */
     hvd_bytes arg;    /* SHARED_OBJECT: the argument bytes */
 } hvd_code_msg;
