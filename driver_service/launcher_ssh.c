@@ -41,7 +41,7 @@
 
 #include "hvd/net.h"
 #include "launcher.h"
-#include "ssh_transport.h"
+#include "ssh/transport.h"
 
 #define SSH_CONNECT_TIMEOUT_MS 15000 /* per setup step, capped by --start-timeout */
 #define SSH_STOP_GRACE_MS      8000  /* interrupted session: wait this long for its status */

@@ -15,8 +15,8 @@
 
 #include "hvd/proto.h"
 #include "rsh_rpc.h"
-#include "ssh_args.h"
-#include "ssh_transport.h"
+#include "ssh/args.h"
+#include "ssh/transport.h"
 
 /* Exit status for failures of the agent itself, as ssh uses. */
 #define RSH_FAILED 255

@@ -1,9 +1,9 @@
-/* Unit tests of the ssh-style argv parser (rsh_agent/ssh_args.c), with the argv shapes Open MPI
+/* Unit tests of the ssh-style argv parser (ssh/args.c), with the argv shapes Open MPI
  * really produces (shared/reference/openmpi_rsh_agent.md sections 1a, 1c, 1d). */
 #include <string.h>
 
-#include "ssh_args.h"
-#include "ssh_transport.h"
+#include "ssh/args.h"
+#include "ssh/transport.h"
 #include "testutil.h"
 
 #define ARGC(a) ((int)(sizeof(a) / sizeof((a)[0])))

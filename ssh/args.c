@@ -1,5 +1,5 @@
-/* ssh-style command line parsing; see ssh_args.h. */
-#include "ssh_args.h"
+/* ssh-style command line parsing; see ssh/args.h. */
+#include "ssh/args.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -39,7 +39,7 @@
 #include <stddef.h>
 
 #include "hvd/error.h"
-#include "ssh_args.h"
+#include "ssh/args.h"
 
 #define HVD_SSH_DEFAULT_PORT               22
 #define HVD_SSH_DEFAULT_CONNECT_TIMEOUT_MS 15000 /* per setup step */

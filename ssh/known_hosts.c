@@ -1,5 +1,5 @@
-/* OpenSSH known_hosts lookup and append; see ssh_known_hosts.h for the format. */
-#include "ssh_known_hosts.h"
+/* OpenSSH known_hosts lookup and append; see ssh/known_hosts.h for the format. */
+#include "ssh/known_hosts.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
-/* The ssh transport of hvd-rsh (libssh2, non-blocking); see ssh_transport.h. */
-#include "ssh_transport.h"
+/* The ssh transport of hvd-rsh (libssh2, non-blocking); see ssh/transport.h. */
+#include "ssh/transport.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -24,7 +24,7 @@
 
 #include <libssh2.h>
 
-#include "ssh_known_hosts.h"
+#include "ssh/known_hosts.h"
 
 /* libssh2 1.11 added libssh2_channel_signal_ex(); 1.10 (Debian 12) cannot send signals. */
 #if defined(LIBSSH2_VERSION_NUM) && LIBSSH2_VERSION_NUM >= 0x010b00
