@@ -19,11 +19,12 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <libssh2.h>
 
+#include "common/clock.h"
+#include "common/io.h"
 #include "ssh/known_hosts.h"
 
 /* libssh2 1.11 added libssh2_channel_signal_ex(); 1.10 (Debian 12) cannot send signals. */
@@ -61,12 +62,6 @@ typedef struct ssh_conn {
 #define FAIL (-1)
 #define INTR (-2)
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void logline(ssh_conn *c, const char *prefix, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void logline(ssh_conn *c, const char *prefix, const char *fmt, ...) {
@@ -78,7 +73,7 @@ static void logline(ssh_conn *c, const char *prefix, const char *fmt, ...) {
     va_end(ap);
     size_t len = strlen(line);
     line[len++] = '\n';
-    (void)!write(c->log_fd, line, len);
+    (void)hvd_write_all(c->log_fd, line, len);
 }
 
 #define debug(c, ...)                                                                              \
@@ -89,18 +84,6 @@ static void logline(ssh_conn *c, const char *prefix, const char *fmt, ...) {
     do {                                                                                           \
         if (!(c)->opt->quiet) logline((c), "", __VA_ARGS__);                                       \
     } while (0)
-
-/* vsnprintf into err (which may be NULL). */
-static void set_err(hvd_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(hvd_err *err, int code, const char *fmt, ...) {
-    if (!err) return;
-    va_list ap;
-    va_start(ap, fmt);
-    err->code = code;
-    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-    va_end(ap);
-}
 
 /* Appends formatted text to a NUL-terminated buffer, truncating. */
 static void appendf(char *buf, size_t len, const char *fmt, ...)
@@ -114,25 +97,20 @@ static void appendf(char *buf, size_t len, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* "ssh user@host:port: step: detail" into the caller's err. Returns FAIL. */
-static int fail(ssh_conn *c, int code, const char *step, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(ssh_conn *c, int code, const char *step, const char *fmt, ...) {
-    if (c->err) {
-        set_err(c->err, code, "ssh %s: %s: ", c->where, step);
-        size_t used = strlen(c->err->msg);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err->msg + used, sizeof(c->err->msg) - used, fmt, ap);
-        va_end(ap);
-    }
+/* Names the connection and the step in front of the caller's error. Returns FAIL. */
+static int prefix_step(ssh_conn *c, const char *step) {
+    hvd_err_prefix(c->err, "ssh %s: %s: ", c->where, step);
     return FAIL;
 }
 
+/* Sets the caller's err (which may be NULL) to "ssh user@host:port: step: " and the
+ * printf-style detail. Evaluates to FAIL. */
+#define fail(c, code, step, ...)                                                                   \
+    (hvd_err_set((c)->err, (code), __VA_ARGS__), prefix_step((c), (step)))
+
 static int interrupted(ssh_conn *c, const char *step) {
     c->interrupted = true;
-    set_err(c->err, HVD_E_SHUTDOWN, "ssh %s: %s: interrupted before the command started", c->where,
-            step);
+    fail(c, HVD_E_SHUTDOWN, step, "interrupted before the command started");
     return INTR;
 }
 
@@ -148,9 +126,9 @@ static const char *ssh_errmsg(ssh_conn *c) {
 static int wait_fd(ssh_conn *c, int fd, short events, int64_t deadline, const char *step) {
     struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = c->interrupt_fd, .events = POLLIN}};
     nfds_t n = (c->interrupt_fd >= 0 && !c->interrupted) ? 2 : 1;
-    int64_t left = deadline - now_ms();
-    if (left <= 0) return fail(c, HVD_E_TIMEOUT, step, "timed out after %d ms", c->timeout_ms);
-    if (poll(p, n, left > POLL_CAP_MS ? POLL_CAP_MS : (int)left) < 0 && errno != EINTR)
+    int left = hvd_ms_left(deadline);
+    if (left == 0) return fail(c, HVD_E_TIMEOUT, step, "timed out after %d ms", c->timeout_ms);
+    if (poll(p, n, left > POLL_CAP_MS ? POLL_CAP_MS : left) < 0 && errno != EINTR)
         return fail(c, HVD_E_IO, step, "poll: %s", strerror(errno));
     if (n == 2 && p[1].revents) return interrupted(c, step);
     return 0;
@@ -333,7 +311,7 @@ static int resolve(ssh_conn *c, struct addrinfo **out) {
         return fail(c, HVD_E_INTERNAL, step, "cannot start a thread: %s", strerror(prc));
     }
     debug(c, "resolving %s", c->host);
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     int rc = 0, w;
     for (;;) {
         uint64_t v;
@@ -366,7 +344,7 @@ static int connect_addr(ssh_conn *c, const struct addrinfo *ai, char *why, size_
         snprintf(why, whylen, "socket: %s", strerror(errno));
         return FAIL;
     }
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     int e = 0;
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
         e = errno;
@@ -478,11 +456,11 @@ static int handshake(ssh_conn *c, const file_list *kh) {
     libssh2_session_set_blocking(c->session, 0);
     libssh2_session_set_timeout(c->session, CLOSE_TIMEOUT_MS); /* only used by teardown */
     set_hostkey_prefs(c, kh);
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     int rc;
     while ((rc = libssh2_session_handshake(c->session, c->sock)) == LIBSSH2_ERROR_EAGAIN) {
         int w = wait_session(c, deadline, step);
-        if (w == FAIL && now_ms() >= deadline)
+        if (w == FAIL && hvd_now_ms() >= deadline)
             fail(c, HVD_E_TIMEOUT, step,
                  "no answer within %d ms (is an ssh server listening there?)", c->timeout_ms);
         if (w < 0) return w;
@@ -631,7 +609,7 @@ static int auth_agent(ssh_conn *c, char *tried, size_t tlen) {
         struct libssh2_agent_publickey *id = NULL, *prev = NULL;
         while (result == 0 && libssh2_agent_get_identity(agent, &id, prev) == 0) {
             n++;
-            int64_t deadline = now_ms() + c->timeout_ms;
+            int64_t deadline = hvd_now_ms() + c->timeout_ms;
             while ((rc = libssh2_agent_userauth(agent, c->user, id)) == LIBSSH2_ERROR_EAGAIN) {
                 int w = wait_session(c, deadline, step);
                 if (w < 0) {
@@ -679,7 +657,7 @@ static int auth_files(ssh_conn *c, char *tried, size_t tlen) {
             continue;
         }
         debug(c, "trying key file %s", path);
-        int64_t deadline = now_ms() + c->timeout_ms;
+        int64_t deadline = hvd_now_ms() + c->timeout_ms;
         while ((rc = libssh2_userauth_publickey_fromfile_ex(c->session, c->user,
                                                             (unsigned)strlen(c->user), NULL, path,
                                                             NULL)) == LIBSSH2_ERROR_EAGAIN) {
@@ -709,7 +687,7 @@ static int auth_files(ssh_conn *c, char *tried, size_t tlen) {
 
 static int authenticate(ssh_conn *c) {
     const char *step = "authentication";
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     char *methods;
     for (;;) {
         methods = libssh2_userauth_list(c->session, c->user, (unsigned)strlen(c->user));
@@ -742,7 +720,7 @@ static int authenticate(ssh_conn *c) {
 static int open_exec(ssh_conn *c, const char *command, const void *input, size_t len,
                      LIBSSH2_CHANNEL **out) {
     const char *step = "channel";
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     LIBSSH2_CHANNEL *ch;
     while (!(ch = libssh2_channel_open_session(c->session))) {
         if (libssh2_session_last_errno(c->session) != LIBSSH2_ERROR_EAGAIN)
@@ -839,7 +817,7 @@ static void kill_exec(ssh_conn *c, run_state *st, const char *signame) {
     hvd_err scratch;
     c->err = &scratch; /* failures here are reported through st->action only */
     int rc = open_exec(c, cmd, NULL, 0, &ch);
-    int64_t deadline = now_ms() + KILL_EXEC_MS;
+    int64_t deadline = hvd_now_ms() + KILL_EXEC_MS;
     if (rc == 0) {
         char buf[256];
         for (;;) { /* no output expected; drain until the channel closes */
@@ -882,7 +860,7 @@ static void kill_exec(ssh_conn *c, run_state *st, const char *signame) {
 }
 
 static void on_interrupt(ssh_conn *c, run_state *st, const char *signame) {
-    int64_t now = now_ms();
+    int64_t now = hvd_now_ms();
     int grace =
         c->opt->interrupt_grace_ms > 0 ? c->opt->interrupt_grace_ms : HVD_SSH_DEFAULT_GRACE_MS;
     c->interrupted = true;
@@ -949,7 +927,7 @@ static int run_command(ssh_conn *c, int out_fd, int err_fd, run_state *st, int *
             }
         }
         if (st->interrupt_seen && !c->interrupted) on_interrupt(c, st, signame);
-        int64_t now = now_ms();
+        int64_t now = hvd_now_ms();
         if (st->kill_exec_at && now >= st->kill_exec_at) {
             st->kill_exec_at = 0;
             kill_exec(c, st, signame);
@@ -996,7 +974,7 @@ out:
 
 /* Says goodbye politely if that is quick, then frees everything without blocking. */
 static void teardown(ssh_conn *c) {
-    int64_t deadline = now_ms() + CLOSE_TIMEOUT_MS;
+    int64_t deadline = hvd_now_ms() + CLOSE_TIMEOUT_MS;
     c->interrupted = true; /* no more interrupt checks */
     hvd_err *saved = c->err;
     c->err = NULL; /* the caller's error stays what it was */
@@ -1128,14 +1106,13 @@ int hvd_ssh_run(const hvd_ssh_options *opt, const char *command, int out_fd, int
     if (st.interrupt_seen) {
         if (status >= 0) *exit_code = status;
         if (status >= 0)
-            set_err(err, HVD_E_SHUTDOWN,
-                    "ssh %s: interrupted: %s; the command ended with exit code %d", c.where,
-                    st.action, status);
+            fail(&c, HVD_E_SHUTDOWN, "interrupted", "%s; the command ended with exit code %d",
+                 st.action, status);
         else
-            set_err(err, HVD_E_SHUTDOWN,
-                    "ssh %s: interrupted: %s; the command did not end within the grace period, "
-                    "closed its channel (it gets SIGPIPE at its next write)",
-                    c.where, st.action);
+            fail(&c, HVD_E_SHUTDOWN, "interrupted",
+                 "%s; the command did not end within the grace period, closed its channel (it "
+                 "gets SIGPIPE at its next write)",
+                 st.action);
         return HVD_SSH_INTERRUPTED;
     }
     *exit_code = status >= 0 ? status : 0;
