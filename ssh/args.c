@@ -52,7 +52,9 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 
 static int parse_port(const char *s, int *port, hvd_err *err) {
     long v;
-    if (parse_int(s, 1, 65535, &v) < 0) return hvd_err_set(err, HVD_E_INVALID, "bad port '%s'", s);
+    if (parse_int(s, 1, 65535, &v) < 0)
+        return hvd_err_set(err, HVD_E_INVALID, "bad port '%s': a port is a number from 1 to 65535",
+                           s);
     if (*port == 0) *port = (int)v;
     return 0;
 }
