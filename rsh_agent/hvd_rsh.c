@@ -4,7 +4,10 @@
  * RPC mode HOST is a host hash and the joined words run in the task service that stands for
  * it; in ssh mode (plain hosts, or --ssh) they run over ssh (libssh2). Either way hvd-rsh
  * stays attached like ssh and exits with the remote exit status; it never exits 0 without
- * having run the command, because mpirun would then wait forever. */
+ * having run the command, because mpirun would then wait forever.
+ *
+ * This file: the command line, the signal pipe (common/sig.h) and the choice of mode. RPC
+ * mode is rsh_rpc.c (over rpc/), ssh mode is the ssh/ part (rsh_agent/README.md). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

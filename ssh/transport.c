@@ -1,4 +1,4 @@
-/* The ssh transport of hvd-rsh (libssh2, non-blocking); see ssh/transport.h. */
+/* The ssh transport (libssh2, non-blocking); see ssh/transport.h. */
 #include "ssh/transport.h"
 
 #include <ctype.h>
