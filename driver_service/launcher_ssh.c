@@ -1,6 +1,6 @@
 /* Task services on plain hosts, started over ssh, for `hvd-driver run --ssh-hosts h1:2,h2:2`.
  *
- * One ssh session per host (libssh2, rsh_agent/ssh_transport.h), run by a thread per host,
+ * One ssh session per host (libssh2, ssh/include/ssh/transport.h), run by a thread per host,
  * starts that host's hvd-task processes (one per slot; indices host by host, in the order of
  * the list) and stays attached: their log lines come back on our stderr, and the session ends
  * when they do. From then on the job runs as on executors: the tasks register, mpirun reaches
@@ -45,7 +45,7 @@
 #include "hvd/net.h"
 #include "hvd/proto.h"
 #include "launcher.h"
-#include "ssh_transport.h"
+#include "ssh/transport.h"
 
 #define SSH_CONNECT_TIMEOUT_MS 15000 /* per setup step, capped by --start-timeout */
 #define SSH_STOP_GRACE_MS      8000  /* interrupted session: wait this long for its status */

@@ -1,12 +1,12 @@
 /* hvd-rsh's RPC mode: run the command in the task service that stands for a host hash. */
 #include "rsh_rpc.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 
@@ -15,28 +15,14 @@ typedef struct attach_state {
     bool out_broken, err_broken;
 } attach_state;
 
-/* Writes all of buf to fd; a reader that went away (EPIPE) only silences that stream, as a
- * broken local pipe must not kill the remote command. */
-static void write_all(int fd, bool *broken, const uint8_t *buf, size_t len) {
-    while (len > 0 && !*broken) {
-        ssize_t n = write(fd, buf, len);
-        if (n > 0) {
-            buf += n;
-            len -= (size_t)n;
-        } else if (n < 0 && errno == EINTR) {
-            continue;
-        } else {
-            *broken = true;
-        }
-    }
-}
-
+/* Copies a chunk of the command's output to our stdout or stderr. A reader that went away
+ * (EPIPE) only silences that stream: a broken local pipe must not kill the remote command. */
 static int on_chunk(uint32_t channel, const uint8_t *data, size_t len, void *user) {
     attach_state *st = user;
-    if (channel == HVD_CHANNEL_STDERR)
-        write_all(st->err_fd, &st->err_broken, data, len);
-    else
-        write_all(st->out_fd, &st->out_broken, data, len);
+    bool to_stderr = channel == HVD_CHANNEL_STDERR;
+    bool *broken = to_stderr ? &st->err_broken : &st->out_broken;
+    if (!*broken && hvd_write_all(to_stderr ? st->err_fd : st->out_fd, data, len) != 0)
+        *broken = true;
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* Unit tests of rsh_agent/ssh_known_hosts.c: OpenSSH's known_hosts format (plain, patterns,
+/* Unit tests of ssh/known_hosts.c: OpenSSH's known_hosts format (plain, patterns,
  * negations, [host]:port, hashed names, markers, bad lines), line numbers, appends. Where
  * ssh-keygen is installed, entries are cross-checked with OpenSSH's own `ssh-keygen -F/-H`. */
 #include <errno.h>
@@ -14,7 +14,7 @@
 
 #include <openssl/evp.h>
 
-#include "ssh_known_hosts.h"
+#include "ssh/known_hosts.h"
 #include "testutil.h"
 
 static char tmpdir[256];

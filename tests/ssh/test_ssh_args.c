@@ -1,9 +1,9 @@
-/* Unit tests of the ssh-style argv parser (rsh_agent/ssh_args.c), with the argv shapes Open MPI
+/* Unit tests of the ssh-style argv parser (ssh/args.c), with the argv shapes Open MPI
  * really produces (shared/reference/openmpi_rsh_agent.md sections 1a, 1c, 1d). */
 #include <string.h>
 
-#include "ssh_args.h"
-#include "ssh_transport.h"
+#include "ssh/args.h"
+#include "ssh/transport.h"
 #include "testutil.h"
 
 #define ARGC(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -256,6 +256,14 @@ static void test_destinations(void) {
     CHECK(parse(ARGC(argv5), argv5, &a, &err) == 0);
     CHECK(streq(a.host, "fe80::1") && a.command == NULL && a.first_word == 2);
     hvd_ssh_args_free(&a);
+    char *argv6[] = {"hvd-rsh", "ssh://u@v@[fe80::2]", "true"};
+    CHECK_MSG(parse(ARGC(argv6), argv6, &a, &err) == 0, "%s", err.msg);
+    CHECK(streq(a.user, "u@v") && streq(a.host, "fe80::2") && a.port == 0);
+    hvd_ssh_args_free(&a);
+    char *argv7[] = {"hvd-rsh", "h7:2222", "true"}; /* not a URL: ssh takes the host whole */
+    CHECK(parse(ARGC(argv7), argv7, &a, &err) == 0);
+    CHECK(streq(a.host, "h7:2222") && a.port == 0);
+    hvd_ssh_args_free(&a);
 }
 
 static void expect_error(int argc, char *const argv[], const char *needle) {
@@ -297,6 +305,16 @@ static void test_errors(void) {
     expect_error(ARGC(e13), e13, "bad character");
     char *e14[] = {"hvd-rsh", "-l", "u", "--"};
     expect_error(ARGC(e14), e14, "missing host");
+    char *e15[] = {"hvd-rsh", "ssh://h:22x", "c"};
+    expect_error(ARGC(e15), e15, "bad ssh:// destination 'ssh://h:22x'");
+    char *e16[] = {"hvd-rsh", "ssh://h:0", "c"};
+    expect_error(ARGC(e16), e16, "port must be a number");
+    char *e17[] = {"hvd-rsh", "ssh://[::1", "c"};
+    expect_error(ARGC(e17), e17, "no ']' after '['");
+    char *e18[] = {"hvd-rsh", "ssh://h/path", "c"};
+    expect_error(ARGC(e18), e18, "must not have a path");
+    char *e19[] = {"hvd-rsh", "ssh://@h", "c"};
+    expect_error(ARGC(e19), e19, "empty user");
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* Integration tests of rsh_agent/ssh_transport.c against a real OpenSSH sshd.
+/* Integration tests of ssh/transport.c against a real OpenSSH sshd.
  *
  * The test makes a temp dir, has scripts/sshd-test-env.sh generate host and user keys and an
  * sshd_config there, and runs that sshd in the foreground as its own child on 127.0.0.2 (or
@@ -28,7 +28,7 @@
 
 #include <libssh2.h>
 
-#include "ssh_transport.h"
+#include "ssh/transport.h"
 #include "testutil.h"
 
 #ifndef HVD_SSHD_SCRIPT

@@ -1,11 +1,10 @@
-/* OpenSSH known_hosts lookup and append; see ssh_known_hosts.h for the format. */
-#include "ssh_known_hosts.h"
+/* OpenSSH known_hosts lookup and append; see ssh/known_hosts.h for the format. */
+#include "ssh/known_hosts.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,23 +16,11 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "common/io.h"
+
 #define KH_LINE_MAX   65536 /* longer lines are skipped (an RSA-16384 entry is ~2.8 KiB) */
 #define KH_HASH_MAGIC "|1|" /* prefix of a hashed host name */
 #define KH_SHA1_LEN   20    /* salt and HMAC-SHA1 length in hashed names */
-
-/* Fills err without depending on rpc/error.c (this library must build on its own). */
-static int kh_fail(hvd_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int kh_fail(hvd_err *err, int code, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* Decodes padded base64 of inlen characters into a new buffer. Returns its length (and the
  * buffer in *out, to be freed), or -1 if the text is not valid base64. */
@@ -204,7 +191,8 @@ static int scan_file(const char *file, kh_scan *sc, hvd_kh_result *res, hvd_err 
     FILE *f = fopen(file, "re");
     if (!f) {
         if (errno == ENOENT || errno == ENOTDIR) return 0;
-        return kh_fail(err, HVD_E_IO, "cannot read known_hosts file %s: %s", file, strerror(errno));
+        return hvd_err_set(err, HVD_E_IO, "cannot read known_hosts file %s: %s", file,
+                           strerror(errno));
     }
     char *line = NULL;
     size_t cap = 0;
@@ -259,7 +247,7 @@ static int scan_file(const char *file, kh_scan *sc, hvd_kh_result *res, hvd_err 
     free(line);
     bool failed = ferror(f);
     fclose(f);
-    if (failed) return kh_fail(err, HVD_E_IO, "error reading known_hosts file %s", file);
+    if (failed) return hvd_err_set(err, HVD_E_IO, "error reading known_hosts file %s", file);
     return 0;
 }
 
@@ -268,10 +256,10 @@ int hvd_kh_lookup(const char *const *files, size_t nfiles, const char *host, int
     char name[1024];
     memset(res, 0, sizeof(*res));
     if (hvd_kh_host_name(host, port, name, sizeof(name)) < 0)
-        return kh_fail(err, HVD_E_INVALID, "host name %.64s... is too long", host);
+        return hvd_err_set(err, HVD_E_INVALID, "host name %.64s... is too long", host);
     kh_scan sc = {.name = name, .key = key, .key_len = key_len};
     if (key && hvd_kh_blob_type(key, key_len, sc.key_type, sizeof(sc.key_type)) < 0)
-        return kh_fail(err, HVD_E_PROTOCOL, "the server's host key is malformed");
+        return hvd_err_set(err, HVD_E_PROTOCOL, "the server's host key is malformed");
     for (size_t i = 0; i < nfiles; i++) {
         if (!files[i]) continue;
         if (scan_file(files[i], &sc, res, err) < 0) return -1;
@@ -303,17 +291,6 @@ static char *hash_name(const char *name) {
     return out;
 }
 
-static int write_all(int fd, const char *buf, size_t len) {
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Creates the parent directory of path (one level, mode 0700) if it is missing. */
 static void make_parent_dir(const char *path) {
     char dir[PATH_MAX];
@@ -328,9 +305,9 @@ int hvd_kh_append(const char *file, const char *host, int port, const unsigned c
                   size_t key_len, bool hash, hvd_err *err) {
     char name[1024], type[64];
     if (hvd_kh_host_name(host, port, name, sizeof(name)) < 0)
-        return kh_fail(err, HVD_E_INVALID, "host name %.64s... is too long", host);
+        return hvd_err_set(err, HVD_E_INVALID, "host name %.64s... is too long", host);
     if (hvd_kh_blob_type(key, key_len, type, sizeof(type)) < 0)
-        return kh_fail(err, HVD_E_PROTOCOL, "the server's host key is malformed");
+        return hvd_err_set(err, HVD_E_PROTOCOL, "the server's host key is malformed");
     char *hashed = hash ? hash_name(name) : NULL;
     char *key64 = b64_encode(key, key_len), *entry = NULL;
     if ((hash && !hashed) || !key64 ||
@@ -338,7 +315,7 @@ int hvd_kh_append(const char *file, const char *host, int port, const unsigned c
         entry = NULL;
     free(hashed);
     free(key64);
-    if (!entry) return kh_fail(err, HVD_E_INTERNAL, "out of memory adding a known_hosts entry");
+    if (!entry) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory adding a known_hosts entry");
 
     int fd = open(file, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 && errno == ENOENT) {
@@ -347,7 +324,8 @@ int hvd_kh_append(const char *file, const char *host, int port, const unsigned c
     }
     if (fd < 0) {
         free(entry);
-        return kh_fail(err, HVD_E_IO, "cannot open known_hosts file %s: %s", file, strerror(errno));
+        return hvd_err_set(err, HVD_E_IO, "cannot open known_hosts file %s: %s", file,
+                           strerror(errno));
     }
     int rc = 0;
     struct stat st;
@@ -357,11 +335,14 @@ int hvd_kh_append(const char *file, const char *host, int port, const unsigned c
     }
     if (fstat(fd, &st) == 0 && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) != 1)
         last = '\n';
-    if ((last != '\n' && write_all(fd, "\n", 1) < 0) || write_all(fd, entry, strlen(entry)) < 0)
-        rc = kh_fail(err, HVD_E_IO, "cannot write known_hosts file %s: %s", file, strerror(errno));
+    if ((last != '\n' && hvd_write_all(fd, "\n", 1) < 0) ||
+        hvd_write_all(fd, entry, strlen(entry)) < 0)
+        rc = hvd_err_set(err, HVD_E_IO, "cannot write known_hosts file %s: %s", file,
+                         strerror(errno));
     (void)flock(fd, LOCK_UN);
     if (close(fd) < 0 && rc == 0)
-        rc = kh_fail(err, HVD_E_IO, "cannot write known_hosts file %s: %s", file, strerror(errno));
+        rc = hvd_err_set(err, HVD_E_IO, "cannot write known_hosts file %s: %s", file,
+                         strerror(errno));
     free(entry);
     return rc;
 }

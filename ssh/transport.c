@@ -1,5 +1,5 @@
-/* The ssh transport of hvd-rsh (libssh2, non-blocking); see ssh_transport.h. */
-#include "ssh_transport.h"
+/* The ssh transport (libssh2, non-blocking); see ssh/transport.h. */
+#include "ssh/transport.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -19,12 +19,13 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <libssh2.h>
 
-#include "ssh_known_hosts.h"
+#include "common/clock.h"
+#include "common/io.h"
+#include "ssh/known_hosts.h"
 
 /* libssh2 1.11 added libssh2_channel_signal_ex(); 1.10 (Debian 12) cannot send signals. */
 #if defined(LIBSSH2_VERSION_NUM) && LIBSSH2_VERSION_NUM >= 0x010b00
@@ -61,12 +62,6 @@ typedef struct ssh_conn {
 #define FAIL (-1)
 #define INTR (-2)
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void logline(ssh_conn *c, const char *prefix, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void logline(ssh_conn *c, const char *prefix, const char *fmt, ...) {
@@ -78,7 +73,7 @@ static void logline(ssh_conn *c, const char *prefix, const char *fmt, ...) {
     va_end(ap);
     size_t len = strlen(line);
     line[len++] = '\n';
-    (void)!write(c->log_fd, line, len);
+    (void)hvd_write_all(c->log_fd, line, len);
 }
 
 #define debug(c, ...)                                                                              \
@@ -89,18 +84,6 @@ static void logline(ssh_conn *c, const char *prefix, const char *fmt, ...) {
     do {                                                                                           \
         if (!(c)->opt->quiet) logline((c), "", __VA_ARGS__);                                       \
     } while (0)
-
-/* vsnprintf into err (which may be NULL). */
-static void set_err(hvd_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(hvd_err *err, int code, const char *fmt, ...) {
-    if (!err) return;
-    va_list ap;
-    va_start(ap, fmt);
-    err->code = code;
-    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-    va_end(ap);
-}
 
 /* Appends formatted text to a NUL-terminated buffer, truncating. */
 static void appendf(char *buf, size_t len, const char *fmt, ...)
@@ -114,25 +97,20 @@ static void appendf(char *buf, size_t len, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* "ssh user@host:port: step: detail" into the caller's err. Returns FAIL. */
-static int fail(ssh_conn *c, int code, const char *step, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(ssh_conn *c, int code, const char *step, const char *fmt, ...) {
-    if (c->err) {
-        set_err(c->err, code, "ssh %s: %s: ", c->where, step);
-        size_t used = strlen(c->err->msg);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err->msg + used, sizeof(c->err->msg) - used, fmt, ap);
-        va_end(ap);
-    }
+/* Names the connection and the step in front of the caller's error. Returns FAIL. */
+static int prefix_step(ssh_conn *c, const char *step) {
+    hvd_err_prefix(c->err, "ssh %s: %s: ", c->where, step);
     return FAIL;
 }
 
+/* Sets the caller's err (which may be NULL) to "ssh user@host:port: step: " and the
+ * printf-style detail. Evaluates to FAIL. */
+#define fail(c, code, step, ...)                                                                   \
+    (hvd_err_set((c)->err, (code), __VA_ARGS__), prefix_step((c), (step)))
+
 static int interrupted(ssh_conn *c, const char *step) {
     c->interrupted = true;
-    set_err(c->err, HVD_E_SHUTDOWN, "ssh %s: %s: interrupted before the command started", c->where,
-            step);
+    fail(c, HVD_E_SHUTDOWN, step, "interrupted before the command started");
     return INTR;
 }
 
@@ -148,9 +126,9 @@ static const char *ssh_errmsg(ssh_conn *c) {
 static int wait_fd(ssh_conn *c, int fd, short events, int64_t deadline, const char *step) {
     struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = c->interrupt_fd, .events = POLLIN}};
     nfds_t n = (c->interrupt_fd >= 0 && !c->interrupted) ? 2 : 1;
-    int64_t left = deadline - now_ms();
-    if (left <= 0) return fail(c, HVD_E_TIMEOUT, step, "timed out after %d ms", c->timeout_ms);
-    if (poll(p, n, left > POLL_CAP_MS ? POLL_CAP_MS : (int)left) < 0 && errno != EINTR)
+    int left = hvd_ms_left(deadline);
+    if (left == 0) return fail(c, HVD_E_TIMEOUT, step, "timed out after %d ms", c->timeout_ms);
+    if (poll(p, n, left > POLL_CAP_MS ? POLL_CAP_MS : left) < 0 && errno != EINTR)
         return fail(c, HVD_E_IO, step, "poll: %s", strerror(errno));
     if (n == 2 && p[1].revents) return interrupted(c, step);
     return 0;
@@ -333,7 +311,7 @@ static int resolve(ssh_conn *c, struct addrinfo **out) {
         return fail(c, HVD_E_INTERNAL, step, "cannot start a thread: %s", strerror(prc));
     }
     debug(c, "resolving %s", c->host);
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     int rc = 0, w;
     for (;;) {
         uint64_t v;
@@ -366,7 +344,7 @@ static int connect_addr(ssh_conn *c, const struct addrinfo *ai, char *why, size_
         snprintf(why, whylen, "socket: %s", strerror(errno));
         return FAIL;
     }
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     int e = 0;
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
         e = errno;
@@ -478,11 +456,11 @@ static int handshake(ssh_conn *c, const file_list *kh) {
     libssh2_session_set_blocking(c->session, 0);
     libssh2_session_set_timeout(c->session, CLOSE_TIMEOUT_MS); /* only used by teardown */
     set_hostkey_prefs(c, kh);
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     int rc;
     while ((rc = libssh2_session_handshake(c->session, c->sock)) == LIBSSH2_ERROR_EAGAIN) {
         int w = wait_session(c, deadline, step);
-        if (w == FAIL && now_ms() >= deadline)
+        if (w == FAIL && hvd_now_ms() >= deadline)
             fail(c, HVD_E_TIMEOUT, step,
                  "no answer within %d ms (is an ssh server listening there?)", c->timeout_ms);
         if (w < 0) return w;
@@ -499,22 +477,61 @@ static int handshake(ssh_conn *c, const file_list *kh) {
     return 0;
 }
 
+/* The server's host key, and how messages name it. */
+typedef struct host_key {
+    const unsigned char *blob; /* SSH wire encoding, owned by the session */
+    size_t len;                /* bytes in blob */
+    char type[64];             /* "ssh-ed25519" ... */
+    char fp[64];               /* "SHA256:..." */
+    char name[1100];           /* the host as known_hosts names it ("[host]:port") */
+} host_key;
+
+/* No known_hosts line names the host: refused (StrictHostKeyChecking=yes), or accepted and
+ * appended to the first user known_hosts file (accept-new). Returns 0 or FAIL. */
+static int unknown_host_key(ssh_conn *c, const host_key *k, const file_list *user_kh,
+                            const file_list *all_kh) {
+    if (!c->opt->accept_new_host_keys) {
+        char files[600] = "";
+        for (size_t i = 0; i < all_kh->n; i++)
+            appendf(files, sizeof(files), "%s%s", i ? ", " : "", all_kh->ptr[i]);
+        return fail(c, HVD_E_AUTH, "host key verification",
+                    "no host key is known for %s (the server offered %s %s; looked in %s); "
+                    "refusing to connect. Add it to known_hosts (ssh-keyscan) or use "
+                    "-o StrictHostKeyChecking=accept-new",
+                    k->name, k->type, k->fp, files[0] ? files : "no file");
+    }
+    if (user_kh->n == 0) {
+        warn(c,
+             "Warning: accepting %s key %s for '%s' without recording it (no known_hosts "
+             "file)",
+             k->type, k->fp, k->name);
+        return 0;
+    }
+    hvd_err kerr = {0};
+    if (hvd_kh_append(user_kh->ptr[0], c->host, c->port, k->blob, k->len, c->opt->hash_known_hosts,
+                      &kerr) < 0) {
+        warn(c, "Warning: could not add the host key of '%s' to %s: %s", k->name, user_kh->ptr[0],
+             kerr.msg);
+        return 0;
+    }
+    warn(c, "Warning: Permanently added '%s' (%s) to the list of known hosts.", k->name, k->type);
+    return 0;
+}
+
 static int verify_host_key(ssh_conn *c, const file_list *user_kh, const file_list *all_kh) {
     const char *step = "host key verification";
-    size_t klen = 0;
+    host_key k = {0};
     int ktype = 0;
-    const unsigned char *key =
-        (const unsigned char *)libssh2_session_hostkey(c->session, &klen, &ktype);
-    char type[64], fp[64], name[1100];
-    if (!key || hvd_kh_blob_type(key, klen, type, sizeof(type)) < 0 ||
-        hvd_kh_fingerprint(key, klen, fp, sizeof(fp)) < 0)
+    k.blob = (const unsigned char *)libssh2_session_hostkey(c->session, &k.len, &ktype);
+    if (!k.blob || hvd_kh_blob_type(k.blob, k.len, k.type, sizeof(k.type)) < 0 ||
+        hvd_kh_fingerprint(k.blob, k.len, k.fp, sizeof(k.fp)) < 0)
         return fail(c, HVD_E_PROTOCOL, step, "the server sent no usable host key");
-    hvd_kh_host_name(c->host, c->port, name, sizeof(name));
-    debug(c, "server host key: %s %s", type, fp);
+    hvd_kh_host_name(c->host, c->port, k.name, sizeof(k.name));
+    debug(c, "server host key: %s %s", k.type, k.fp);
 
     hvd_kh_result r;
     hvd_err kerr = {0};
-    if (hvd_kh_lookup(all_kh->ptr, all_kh->n, c->host, c->port, key, klen, &r, &kerr) < 0)
+    if (hvd_kh_lookup(all_kh->ptr, all_kh->n, c->host, c->port, k.blob, k.len, &r, &kerr) < 0)
         return fail(c, kerr.code, step, "%s", kerr.msg);
     switch (r.status) {
     case HVD_KH_MATCH:
@@ -524,48 +541,23 @@ static int verify_host_key(ssh_conn *c, const file_list *user_kh, const file_lis
         return fail(c, HVD_E_AUTH, step,
                     "host key %s %s for %s is marked as revoked (known_hosts file %s line %d); "
                     "refusing to connect",
-                    type, fp, name, r.file, r.line);
+                    k.type, k.fp, k.name, r.file, r.line);
     case HVD_KH_CHANGED:
         return fail(c, HVD_E_AUTH, step,
                     "host key for %s has changed (known_hosts file %s line %d); refusing to "
                     "connect. The server now offers %s %s; if the change is expected, remove "
                     "the old entry (ssh-keygen -R '%s' -f %s)",
-                    name, r.file, r.line, type, fp, name, r.file);
+                    k.name, r.file, r.line, k.type, k.fp, k.name, r.file);
     case HVD_KH_OTHER_TYPE:
         return fail(c, HVD_E_AUTH, step,
                     "the server offered host key %s %s, but known_hosts has only %s keys "
                     "for %s; refusing to connect (remove the old entries with ssh-keygen -R "
                     "'%s' if the server's keys really changed)",
-                    type, fp, r.types, name, name);
+                    k.type, k.fp, r.types, k.name, k.name);
     case HVD_KH_UNKNOWN:
         break;
     }
-    if (!c->opt->accept_new_host_keys) {
-        char files[600] = "";
-        for (size_t i = 0; i < all_kh->n; i++)
-            snprintf(files + strlen(files), sizeof(files) - strlen(files), "%s%s", i ? ", " : "",
-                     all_kh->ptr[i]);
-        return fail(c, HVD_E_AUTH, step,
-                    "no host key is known for %s (the server offered %s %s; looked in %s); "
-                    "refusing to connect. Add it to known_hosts (ssh-keyscan) or use "
-                    "-o StrictHostKeyChecking=accept-new",
-                    name, type, fp, files[0] ? files : "no file");
-    }
-    if (user_kh->n == 0) {
-        warn(c,
-             "Warning: accepting %s key %s for '%s' without recording it (no known_hosts "
-             "file)",
-             type, fp, name);
-        return 0;
-    }
-    if (hvd_kh_append(user_kh->ptr[0], c->host, c->port, key, klen, c->opt->hash_known_hosts,
-                      &kerr) < 0) {
-        warn(c, "Warning: could not add the host key of '%s' to %s: %s", name, user_kh->ptr[0],
-             kerr.msg);
-        return 0;
-    }
-    warn(c, "Warning: Permanently added '%s' (%s) to the list of known hosts.", name, type);
-    return 0;
+    return unknown_host_key(c, &k, user_kh, all_kh);
 }
 
 /* ---- authentication ----------------------------------------------------------------------- */
@@ -631,7 +623,7 @@ static int auth_agent(ssh_conn *c, char *tried, size_t tlen) {
         struct libssh2_agent_publickey *id = NULL, *prev = NULL;
         while (result == 0 && libssh2_agent_get_identity(agent, &id, prev) == 0) {
             n++;
-            int64_t deadline = now_ms() + c->timeout_ms;
+            int64_t deadline = hvd_now_ms() + c->timeout_ms;
             while ((rc = libssh2_agent_userauth(agent, c->user, id)) == LIBSSH2_ERROR_EAGAIN) {
                 int w = wait_session(c, deadline, step);
                 if (w < 0) {
@@ -679,7 +671,7 @@ static int auth_files(ssh_conn *c, char *tried, size_t tlen) {
             continue;
         }
         debug(c, "trying key file %s", path);
-        int64_t deadline = now_ms() + c->timeout_ms;
+        int64_t deadline = hvd_now_ms() + c->timeout_ms;
         while ((rc = libssh2_userauth_publickey_fromfile_ex(c->session, c->user,
                                                             (unsigned)strlen(c->user), NULL, path,
                                                             NULL)) == LIBSSH2_ERROR_EAGAIN) {
@@ -709,7 +701,7 @@ static int auth_files(ssh_conn *c, char *tried, size_t tlen) {
 
 static int authenticate(ssh_conn *c) {
     const char *step = "authentication";
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     char *methods;
     for (;;) {
         methods = libssh2_userauth_list(c->session, c->user, (unsigned)strlen(c->user));
@@ -742,7 +734,7 @@ static int authenticate(ssh_conn *c) {
 static int open_exec(ssh_conn *c, const char *command, const void *input, size_t len,
                      LIBSSH2_CHANNEL **out) {
     const char *step = "channel";
-    int64_t deadline = now_ms() + c->timeout_ms;
+    int64_t deadline = hvd_now_ms() + c->timeout_ms;
     LIBSSH2_CHANNEL *ch;
     while (!(ch = libssh2_channel_open_session(c->session))) {
         if (libssh2_session_last_errno(c->session) != LIBSSH2_ERROR_EAGAIN)
@@ -839,7 +831,7 @@ static void kill_exec(ssh_conn *c, run_state *st, const char *signame) {
     hvd_err scratch;
     c->err = &scratch; /* failures here are reported through st->action only */
     int rc = open_exec(c, cmd, NULL, 0, &ch);
-    int64_t deadline = now_ms() + KILL_EXEC_MS;
+    int64_t deadline = hvd_now_ms() + KILL_EXEC_MS;
     if (rc == 0) {
         char buf[256];
         for (;;) { /* no output expected; drain until the channel closes */
@@ -882,7 +874,7 @@ static void kill_exec(ssh_conn *c, run_state *st, const char *signame) {
 }
 
 static void on_interrupt(ssh_conn *c, run_state *st, const char *signame) {
-    int64_t now = now_ms();
+    int64_t now = hvd_now_ms();
     int grace =
         c->opt->interrupt_grace_ms > 0 ? c->opt->interrupt_grace_ms : HVD_SSH_DEFAULT_GRACE_MS;
     c->interrupted = true;
@@ -912,91 +904,108 @@ static void on_interrupt(ssh_conn *c, run_state *st, const char *signame) {
 #endif
 }
 
+/* Reads what the channel has on stdout and stderr and forwards it. Returns 1 if anything
+ * came, 0 if nothing did, or FAIL. */
+static int pump_output(ssh_conn *c, run_state *st, sink sinks[2], char *buf) {
+    int progress = 0;
+    for (int stream = 0; stream < 2; stream++) {
+        ssize_t n = libssh2_channel_read_ex(c->channel, stream, buf, IO_CHUNK);
+        if (n > 0) {
+            forward(c, st, &sinks[stream], buf, (size_t)n);
+            progress = 1;
+        } else if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) {
+            return fail(c, HVD_E_IO, "channel", "connection lost while the command ran: %s",
+                        ssh_errmsg(c));
+        }
+    }
+    return progress;
+}
+
+/* Returns 1 once the server has sent EOF and the channel is closed, 0 while not yet, or
+ * FAIL. */
+static int channel_closed(ssh_conn *c) {
+    if (libssh2_channel_eof(c->channel) != 1) return 0;
+    int wc = libssh2_channel_wait_closed(c->channel);
+    if (wc == 0) return 1;
+    if (wc == LIBSSH2_ERROR_EAGAIN) return 0;
+    return fail(c, HVD_E_IO, "channel", "connection lost while the command ran: %s", ssh_errmsg(c));
+}
+
+/* Waits for the socket, the interrupt, or the next interrupt deadline; not at all after
+ * progress. Returns 0 or FAIL. */
+static int wait_command(ssh_conn *c, run_state *st, bool progress, int64_t now) {
+    int timeout = progress ? 0 : POLL_CAP_MS;
+    if (c->interrupted) {
+        int64_t next = st->kill_exec_at ? st->kill_exec_at : st->grace_deadline;
+        if (next - now < timeout) timeout = next - now < 0 ? 0 : (int)(next - now);
+    }
+    int dir = libssh2_session_block_directions(c->session);
+    struct pollfd p[2] = {
+        {.fd = c->sock, .events = POLLIN | ((dir & LIBSSH2_SESSION_BLOCK_OUTBOUND) ? POLLOUT : 0)},
+        {.fd = c->interrupt_fd, .events = POLLIN}};
+    nfds_t nfds = (c->interrupt_fd >= 0 && !st->interrupt_seen) ? 2 : 1;
+    if (poll(p, nfds, timeout) < 0 && errno != EINTR)
+        return fail(c, HVD_E_IO, "channel", "poll: %s", strerror(errno));
+    if (nfds == 2 && p[1].revents) st->interrupt_seen = true;
+    return 0;
+}
+
+/* The exit status of the closed channel, 128+N if the command was killed by signal N. */
+static int exit_status(ssh_conn *c) {
+    char *sig = NULL;
+    size_t siglen = 0;
+    libssh2_channel_get_exit_signal(c->channel, &sig, &siglen, NULL, NULL, NULL, NULL);
+    if (!sig) {
+        int status = libssh2_channel_get_exit_status(c->channel);
+        debug(c, "remote command exited with status %d", status);
+        return status;
+    }
+    int num = signal_number(sig, siglen);
+    debug(c, "remote command killed by signal %.*s", (int)siglen, sig);
+    libssh2_free(c->session, sig);
+    return num > 0 ? 128 + num : HVD_SSH_EXIT_FAILURE;
+}
+
 /* Streams the command's output until its channel closes (or, after an interrupt, until the
  * grace period ends). Returns 0 with *status = exit status (-1 if none arrived), or FAIL. */
 static int run_command(ssh_conn *c, int out_fd, int err_fd, run_state *st, int *status) {
-    const char *step = "channel";
     const char *signame = c->opt->interrupt_signal ? c->opt->interrupt_signal : "TERM";
     sink sinks[2] = {{.fd = out_fd, .name = "stdout"}, {.fd = err_fd, .name = "stderr"}};
     char *buf = malloc(IO_CHUNK);
-    if (!buf) return fail(c, HVD_E_INTERNAL, step, "out of memory");
+    if (!buf) return fail(c, HVD_E_INTERNAL, "channel", "out of memory");
     int rc = 0;
-    bool closed = false;
     *status = -1;
     for (;;) {
-        bool progress = false;
-        for (int stream = 0; stream < 2; stream++) {
-            ssize_t n = libssh2_channel_read_ex(c->channel, stream, buf, IO_CHUNK);
-            if (n > 0) {
-                forward(c, st, &sinks[stream], buf, (size_t)n);
-                progress = true;
-            } else if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) {
-                rc = fail(c, HVD_E_IO, step, "connection lost while the command ran: %s",
-                          ssh_errmsg(c));
-                goto out;
-            }
+        int progress = pump_output(c, st, sinks, buf);
+        int closed = progress == 0 ? channel_closed(c) : 0;
+        if (progress < 0 || closed < 0) {
+            rc = FAIL;
+            break;
         }
-        if (!progress && libssh2_channel_eof(c->channel) == 1) {
-            int wc = libssh2_channel_wait_closed(c->channel);
-            if (wc == 0) {
-                closed = true;
-                break;
-            }
-            if (wc != LIBSSH2_ERROR_EAGAIN) {
-                rc = fail(c, HVD_E_IO, step, "connection lost while the command ran: %s",
-                          ssh_errmsg(c));
-                goto out;
-            }
+        if (closed) {
+            *status = exit_status(c);
+            break;
         }
         if (st->interrupt_seen && !c->interrupted) on_interrupt(c, st, signame);
-        int64_t now = now_ms();
+        int64_t now = hvd_now_ms();
         if (st->kill_exec_at && now >= st->kill_exec_at) {
             st->kill_exec_at = 0;
             kill_exec(c, st, signame);
             continue;
         }
         if (c->interrupted && now >= st->grace_deadline) break;
-
-        /* Wait for the socket (or the interrupt, or the next interrupt deadline). */
-        int timeout = progress ? 0 : POLL_CAP_MS;
-        if (c->interrupted) {
-            int64_t next = st->kill_exec_at ? st->kill_exec_at : st->grace_deadline;
-            if (next - now < timeout) timeout = next - now < 0 ? 0 : (int)(next - now);
-        }
-        int dir = libssh2_session_block_directions(c->session);
-        struct pollfd p[2] = {
-            {.fd = c->sock,
-             .events = POLLIN | ((dir & LIBSSH2_SESSION_BLOCK_OUTBOUND) ? POLLOUT : 0)},
-            {.fd = c->interrupt_fd, .events = POLLIN}};
-        nfds_t nfds = (c->interrupt_fd >= 0 && !st->interrupt_seen) ? 2 : 1;
-        if (poll(p, nfds, timeout) < 0 && errno != EINTR) {
-            rc = fail(c, HVD_E_IO, step, "poll: %s", strerror(errno));
-            goto out;
-        }
-        if (nfds == 2 && p[1].revents) st->interrupt_seen = true;
-    }
-    if (closed) {
-        char *sig = NULL;
-        size_t siglen = 0;
-        libssh2_channel_get_exit_signal(c->channel, &sig, &siglen, NULL, NULL, NULL, NULL);
-        if (sig) {
-            int num = signal_number(sig, siglen);
-            debug(c, "remote command killed by signal %.*s", (int)siglen, sig);
-            *status = num > 0 ? 128 + num : HVD_SSH_EXIT_FAILURE;
-            libssh2_free(c->session, sig);
-        } else {
-            *status = libssh2_channel_get_exit_status(c->channel);
-            debug(c, "remote command exited with status %d", *status);
+        if (wait_command(c, st, progress > 0, now) < 0) {
+            rc = FAIL;
+            break;
         }
     }
-out:
     free(buf);
     return rc;
 }
 
 /* Says goodbye politely if that is quick, then frees everything without blocking. */
 static void teardown(ssh_conn *c) {
-    int64_t deadline = now_ms() + CLOSE_TIMEOUT_MS;
+    int64_t deadline = hvd_now_ms() + CLOSE_TIMEOUT_MS;
     c->interrupted = true; /* no more interrupt checks */
     hvd_err *saved = c->err;
     c->err = NULL; /* the caller's error stays what it was */
@@ -1066,78 +1075,105 @@ static bool valid_signame(const char *s) {
     return true;
 }
 
-int hvd_ssh_run(const hvd_ssh_options *opt, const char *command, int out_fd, int err_fd,
-                int interrupt_fd, int *exit_code, hvd_err *err) {
-    ssh_conn c = {.opt = opt,
-                  .host = opt->host,
-                  .sock = -1,
-                  .err = err,
-                  .interrupt_fd = interrupt_fd,
-                  .log_fd = err_fd >= 0 ? err_fd : STDERR_FILENO};
-    c.port = opt->port > 0 ? opt->port : HVD_SSH_DEFAULT_PORT;
-    c.timeout_ms =
-        opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms : HVD_SSH_DEFAULT_CONNECT_TIMEOUT_MS;
-    *exit_code = HVD_SSH_EXIT_FAILURE;
-    snprintf(c.where, sizeof(c.where), "%s", opt->host && *opt->host ? opt->host : "(no host)");
-    if (!opt->host || !*opt->host) return fail(&c, HVD_E_INVALID, "options", "no host given");
+/* Checks the options and settles who logs in where (c->user, c->where). Returns 0 or FAIL. */
+static int check_options(ssh_conn *c, const char *command) {
+    const hvd_ssh_options *opt = c->opt;
+    snprintf(c->where, sizeof(c->where), "%s", opt->host && *opt->host ? opt->host : "(no host)");
+    if (!opt->host || !*opt->host) return fail(c, HVD_E_INVALID, "options", "no host given");
     if (opt->user && *opt->user)
-        snprintf(c.user, sizeof(c.user), "%s", opt->user);
-    else if (current_user(c.user, sizeof(c.user)) < 0)
-        return fail(&c, HVD_E_INVALID, "options", "cannot tell the current user name; give one");
-    snprintf(c.where, sizeof(c.where), strchr(opt->host, ':') ? "%s@[%s]:%d" : "%s@%s:%d", c.user,
-             opt->host, c.port);
+        snprintf(c->user, sizeof(c->user), "%s", opt->user);
+    else if (current_user(c->user, sizeof(c->user)) < 0)
+        return fail(c, HVD_E_INVALID, "options", "cannot tell the current user name; give one");
+    snprintf(c->where, sizeof(c->where), strchr(opt->host, ':') ? "%s@[%s]:%d" : "%s@%s:%d",
+             c->user, opt->host, c->port);
     if (!command || !*command)
-        return fail(&c, HVD_E_INVALID, "options",
+        return fail(c, HVD_E_INVALID, "options",
                     "no remote command given (interactive sessions are not supported)");
     if (opt->interrupt_signal && !valid_signame(opt->interrupt_signal))
-        return fail(&c, HVD_E_INVALID, "options", "bad interrupt signal name '%s'",
+        return fail(c, HVD_E_INVALID, "options", "bad interrupt signal name '%s'",
                     opt->interrupt_signal);
-    if (c.port > 65535) return fail(&c, HVD_E_INVALID, "options", "bad port %d", c.port);
-    pthread_once(&init_once, init_libssh2);
-    if (init_rc != 0) return fail(&c, HVD_E_INTERNAL, "init", "libssh2_init failed");
+    if (c->port > 65535) return fail(c, HVD_E_INVALID, "options", "bad port %d", c->port);
+    return 0;
+}
 
+/* The known_hosts files of one run. */
+typedef struct kh_files {
+    file_list user; /* UserKnownHostsFile (~/.ssh/known_hosts): the first one gets new keys */
+    file_list all;  /* the user files, then GlobalKnownHostsFile (/etc/ssh/ssh_known_hosts) */
+} kh_files;
+
+/* The known_hosts files opt names, or the defaults; NULL when out of memory. */
+static kh_files *known_hosts_files(const hvd_ssh_options *opt) {
     static const char *const user_default[] = {"~/.ssh/known_hosts"};
     static const char *const global_default[] = {"/etc/ssh/ssh_known_hosts"};
-    file_list *user_kh = calloc(1, sizeof(*user_kh)), *all_kh = calloc(1, sizeof(*all_kh));
-    if (!user_kh || !all_kh) {
-        free(user_kh);
-        free(all_kh);
-        return fail(&c, HVD_E_INTERNAL, "init", "out of memory");
+    kh_files *kh = calloc(1, sizeof(*kh));
+    if (!kh) return NULL;
+    list_fill(&kh->user, opt->user_known_hosts, opt->n_user_known_hosts, user_default, 1);
+    list_fill(&kh->all, opt->user_known_hosts, opt->n_user_known_hosts, user_default, 1);
+    list_fill(&kh->all, opt->global_known_hosts, opt->n_global_known_hosts, global_default, 1);
+    return kh;
+}
+
+/* Every step from the TCP connection to the command's end. Returns 0 with *status (see
+ * run_command), FAIL or INTR. */
+static int connect_and_run(ssh_conn *c, const kh_files *kh, const char *command, int out_fd,
+                           int err_fd, run_state *st, int *status) {
+    int rc = connect_host(c);
+    if (rc == 0) rc = handshake(c, &kh->all);
+    if (rc == 0) rc = verify_host_key(c, &kh->user, &kh->all);
+    if (rc == 0) rc = authenticate(c);
+    if (rc == 0) {
+        debug(c, "running: %s", command);
+        rc = open_exec(c, command, c->opt->stdin_data, c->opt->stdin_len, &c->channel);
     }
-    list_fill(user_kh, opt->user_known_hosts, opt->n_user_known_hosts, user_default, 1);
-    list_fill(all_kh, opt->user_known_hosts, opt->n_user_known_hosts, user_default, 1);
-    list_fill(all_kh, opt->global_known_hosts, opt->n_global_known_hosts, global_default, 1);
+    if (rc == 0) rc = run_command(c, out_fd, err_fd, st, status);
+    return rc;
+}
+
+/* The command ran and was interrupted: says in err what was done. Returns HVD_SSH_INTERRUPTED
+ * with *exit_code = the command's status if it arrived in time. */
+static int report_interrupt(ssh_conn *c, const run_state *st, int status, int *exit_code) {
+    if (status >= 0) {
+        *exit_code = status;
+        fail(c, HVD_E_SHUTDOWN, "interrupted", "%s; the command ended with exit code %d",
+             st->action, status);
+    } else {
+        fail(c, HVD_E_SHUTDOWN, "interrupted",
+             "%s; the command did not end within the grace period, closed its channel (it "
+             "gets SIGPIPE at its next write)",
+             st->action);
+    }
+    return HVD_SSH_INTERRUPTED;
+}
+
+int hvd_ssh_run(const hvd_ssh_options *opt, const char *command, int out_fd, int err_fd,
+                int interrupt_fd, int *exit_code, hvd_err *err) {
+    ssh_conn c = {
+        .opt = opt,
+        .host = opt->host,
+        .port = opt->port > 0 ? opt->port : HVD_SSH_DEFAULT_PORT,
+        .timeout_ms = opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms
+                                                  : HVD_SSH_DEFAULT_CONNECT_TIMEOUT_MS,
+        .interrupt_fd = interrupt_fd,
+        .log_fd = err_fd >= 0 ? err_fd : STDERR_FILENO,
+        .sock = -1,
+        .err = err,
+    };
+    *exit_code = HVD_SSH_EXIT_FAILURE;
+    if (check_options(&c, command) < 0) return -1;
+    pthread_once(&init_once, init_libssh2);
+    if (init_rc != 0) return fail(&c, HVD_E_INTERNAL, "init", "libssh2_init failed");
+    kh_files *kh = known_hosts_files(opt);
+    if (!kh) return fail(&c, HVD_E_INTERNAL, "init", "out of memory");
 
     run_state st = {0};
     int status = -1;
-    int rc = connect_host(&c);
-    if (rc == 0) rc = handshake(&c, all_kh);
-    if (rc == 0) rc = verify_host_key(&c, user_kh, all_kh);
-    if (rc == 0) rc = authenticate(&c);
-    if (rc == 0) {
-        debug(&c, "running: %s", command);
-        rc = open_exec(&c, command, opt->stdin_data, opt->stdin_len, &c.channel);
-    }
-    if (rc == 0) rc = run_command(&c, out_fd, err_fd, &st, &status);
+    int rc = connect_and_run(&c, kh, command, out_fd, err_fd, &st, &status);
     teardown(&c);
-    free(user_kh);
-    free(all_kh);
-
+    free(kh);
     if (rc == INTR) return HVD_SSH_INTERRUPTED; /* before the command ran; err is set */
     if (rc < 0) return -1;
-    if (st.interrupt_seen) {
-        if (status >= 0) *exit_code = status;
-        if (status >= 0)
-            set_err(err, HVD_E_SHUTDOWN,
-                    "ssh %s: interrupted: %s; the command ended with exit code %d", c.where,
-                    st.action, status);
-        else
-            set_err(err, HVD_E_SHUTDOWN,
-                    "ssh %s: interrupted: %s; the command did not end within the grace period, "
-                    "closed its channel (it gets SIGPIPE at its next write)",
-                    c.where, st.action);
-        return HVD_SSH_INTERRUPTED;
-    }
+    if (st.interrupt_seen) return report_interrupt(&c, &st, status, exit_code);
     *exit_code = status >= 0 ? status : 0;
     return 0;
 }

@@ -1,32 +1,21 @@
-/* ssh-style command line parsing; see ssh_args.h. */
-#include "ssh_args.h"
+/* ssh-style command line parsing; see ssh/args.h. */
+#include "ssh/args.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "common/hostspec.h"
 
 #define USAGE "usage: hvd-rsh [options] [user@]host [options] command..."
 
 /* OpenSSH 9.x client flags: without an argument, and with one. */
 static const char flags_noarg[] = "46AaCfGgKkMNnqsTtVvXxYy";
 static const char flags_arg[] = "BbcDEeFIiJLlmOoPpQRSWw";
-
-static int args_fail(hvd_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int args_fail(hvd_err *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = HVD_E_INVALID;
-        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 void hvd_ssh_args_free(hvd_ssh_args *a) {
     if (!a) return;
@@ -63,7 +52,9 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 
 static int parse_port(const char *s, int *port, hvd_err *err) {
     long v;
-    if (parse_int(s, 1, 65535, &v) < 0) return args_fail(err, "bad port '%s'", s);
+    if (parse_int(s, 1, 65535, &v) < 0)
+        return hvd_err_set(err, HVD_E_INVALID, "bad port '%s': a port is a number from 1 to 65535",
+                           s);
     if (*port == 0) *port = (int)v;
     return 0;
 }
@@ -108,84 +99,64 @@ static int parse_seconds(const char *s, long *out) {
 
 /* Host names must be printable and must not look like an option. */
 static int check_host(const char *h, size_t n, hvd_err *err) {
-    if (n == 0) return args_fail(err, "empty host name; " USAGE);
-    if (h[0] == '-') return args_fail(err, "host name '%.*s' looks like an option", (int)n, h);
+    if (n == 0) return hvd_err_set(err, HVD_E_INVALID, "empty host name; " USAGE);
+    if (h[0] == '-')
+        return hvd_err_set(err, HVD_E_INVALID, "host name '%.*s' looks like an option", (int)n, h);
     for (size_t i = 0; i < n; i++)
         if (!isgraph((unsigned char)h[i]) || h[i] == '\'' || h[i] == '"' || h[i] == '`')
-            return args_fail(err, "bad character in host name '%.*s'", (int)n, h);
+            return hvd_err_set(err, HVD_E_INVALID, "bad character in host name '%.*s'", (int)n, h);
     return 0;
 }
 
 static int set_user(hvd_ssh_args *a, const char *u, size_t n, hvd_err *err) {
-    if (n == 0) return args_fail(err, "empty user name");
+    if (n == 0) return hvd_err_set(err, HVD_E_INVALID, "empty user name");
     if (a->user) return 0; /* first value wins */
-    if (!(a->user = dup_n(u, n))) return args_fail(err, "out of memory");
+    if (!(a->user = dup_n(u, n))) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     return 0;
 }
 
-/* [user@]host or ssh://[user@]host[:port][/] */
+/* ssh://[user@]host[:port][/]: the host and port part is a host spec (common/hostspec.h,
+ * IPv6 addresses in brackets). The last '@' ends the user name, as in OpenSSH. */
+static int parse_ssh_url(hvd_ssh_args *a, const char *d, hvd_err *err) {
+    const char *auth = d + 6;
+    size_t alen = strcspn(auth, "/");
+    if (auth[alen] == '/' && auth[alen + 1] != '\0')
+        return hvd_err_set(err, HVD_E_INVALID, "ssh:// destination '%s' must not have a path", d);
+    const char *at = memrchr(auth, '@', alen);
+    const char *hostport = at ? at + 1 : auth;
+    hvd_hostspec hs;
+    if (hvd_hostspec_parse(hostport, (size_t)(auth + alen - hostport), "port", 1, 65535, &hs, err) <
+        0)
+        return hvd_err_prefix(err, "bad ssh:// destination '%s': ", d);
+    if (check_host(hs.host, strlen(hs.host), err) < 0) return -1;
+    if (at && set_user(a, auth, (size_t)(at - auth), err) < 0) return -1;
+    if (hs.number > 0 && a->port == 0) a->port = (int)hs.number;
+    if (!(a->host = strdup(hs.host))) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    return 0;
+}
+
+/* [user@]host (the last '@' ends the user name; the host is taken whole, as OpenSSH does:
+ * no port here), or an ssh:// URL. */
 static int parse_destination(hvd_ssh_args *a, const char *d, hvd_err *err) {
-    const char *user = NULL, *host = d;
-    size_t ulen = 0, hlen;
-    int port = 0;
-    if (strncmp(d, "ssh://", 6) == 0) {
-        const char *auth = d + 6;
-        size_t alen = strcspn(auth, "/");
-        if (auth[alen] == '/' && auth[alen + 1] != '\0')
-            return args_fail(err, "ssh:// destination '%s' must not have a path", d);
-        const char *at = memrchr(auth, '@', alen);
-        if (at) {
-            user = auth;
-            ulen = (size_t)(at - auth);
-        }
-        host = at ? at + 1 : auth;
-        const char *end = auth + alen, *colon;
-        if (host < end && host[0] == '[') { /* [v6addr] or [v6addr]:port */
-            const char *rb = memchr(host, ']', (size_t)(end - host));
-            if (!rb || (rb + 1 < end && rb[1] != ':'))
-                return args_fail(err, "bad ssh:// destination '%s'", d);
-            colon = rb + 1 < end ? rb + 1 : NULL;
-            host++;
-            hlen = (size_t)(rb - host);
-        } else {
-            colon = memchr(host, ':', (size_t)(end - host));
-            hlen = (size_t)((colon ? colon : end) - host);
-        }
-        if (colon) {
-            char num[16];
-            size_t nlen = (size_t)(end - colon - 1);
-            long v;
-            if (nlen == 0 || nlen >= sizeof(num)) return args_fail(err, "bad port in '%s'", d);
-            memcpy(num, colon + 1, nlen);
-            num[nlen] = '\0';
-            if (parse_int(num, 1, 65535, &v) < 0) return args_fail(err, "bad port in '%s'", d);
-            port = (int)v;
-        }
-    } else {
-        const char *at = strrchr(d, '@');
-        if (at) {
-            user = d;
-            ulen = (size_t)(at - d);
-            host = at + 1;
-        }
-        hlen = strlen(host);
-    }
+    if (strncmp(d, "ssh://", 6) == 0) return parse_ssh_url(a, d, err);
+    const char *at = strrchr(d, '@'), *host = at ? at + 1 : d;
+    size_t hlen = strlen(host);
     if (check_host(host, hlen, err) < 0) return -1;
-    if (user && set_user(a, user, ulen, err) < 0) return -1;
-    if (port && a->port == 0) a->port = port;
-    if (!(a->host = dup_n(host, hlen))) return args_fail(err, "out of memory");
+    if (at && set_user(a, d, (size_t)(at - d), err) < 0) return -1;
+    if (!(a->host = dup_n(host, hlen))) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     return 0;
 }
 
 static int add_to_list(char **list, size_t *n, const char *s, size_t len, const char *what,
                        hvd_err *err) {
     if (*n >= HVD_SSH_ARGS_LIST_MAX)
-        return args_fail(err, "too many %s (at most %d)", what, HVD_SSH_ARGS_LIST_MAX);
+        return hvd_err_set(err, HVD_E_INVALID, "too many %s (at most %d)", what,
+                           HVD_SSH_ARGS_LIST_MAX);
     if (len >= 2 && s[0] == '"' && s[len - 1] == '"') { /* -o 'IdentityFile="a b"' */
         s++;
         len -= 2;
     }
-    if (!(list[*n] = dup_n(s, len))) return args_fail(err, "out of memory");
+    if (!(list[*n] = dup_n(s, len))) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     (*n)++;
     return 0;
 }
@@ -213,7 +184,8 @@ static int parse_o(hvd_ssh_args *a, const char *opt, hvd_err *err) {
     opt += strspn(opt, " \t");
     size_t klen = strcspn(opt, "= \t");
     char key[64];
-    if (klen == 0 || klen >= sizeof(key)) return args_fail(err, "bad -o option '%s'", opt);
+    if (klen == 0 || klen >= sizeof(key))
+        return hvd_err_set(err, HVD_E_INVALID, "bad -o option '%s'", opt);
     memcpy(key, opt, klen);
     key[klen] = '\0';
     const char *v = opt + klen;
@@ -224,8 +196,8 @@ static int parse_o(hvd_ssh_args *a, const char *opt, hvd_err *err) {
     size_t vlen = strlen(v);
     while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
         vlen--;
-    if (vlen == 0) return args_fail(err, "-o %s: missing value", key);
-    if (vlen >= sizeof(val)) return args_fail(err, "-o %s: value too long", key);
+    if (vlen == 0) return hvd_err_set(err, HVD_E_INVALID, "-o %s: missing value", key);
+    if (vlen >= sizeof(val)) return hvd_err_set(err, HVD_E_INVALID, "-o %s: value too long", key);
     memcpy(val, v, vlen);
     val[vlen] = '\0';
 
@@ -242,7 +214,9 @@ static int parse_o(hvd_ssh_args *a, const char *opt, hvd_err *err) {
                              "known_hosts files", err);
     if (!strcasecmp(key, "HashKnownHosts")) {
         int b = yes_no(val);
-        if (b < 0) return args_fail(err, "-o HashKnownHosts: bad value '%s' (yes or no)", val);
+        if (b < 0)
+            return hvd_err_set(err, HVD_E_INVALID, "-o HashKnownHosts: bad value '%s' (yes or no)",
+                               val);
         if (a->hash_known_hosts < 0) a->hash_known_hosts = b;
         return 0;
     }
@@ -251,7 +225,7 @@ static int parse_o(hvd_ssh_args *a, const char *opt, hvd_err *err) {
         if (!strcasecmp(val, "none"))
             s = 0;
         else if (parse_seconds(val, &s) < 0)
-            return args_fail(err, "-o ConnectTimeout: bad time '%s'", val);
+            return hvd_err_set(err, HVD_E_INVALID, "-o ConnectTimeout: bad time '%s'", val);
         if (a->connect_timeout_ms == 0) a->connect_timeout_ms = (int)(s * 1000);
         return 0;
     }
@@ -263,8 +237,9 @@ static int parse_o(hvd_ssh_args *a, const char *opt, hvd_err *err) {
         else if (!strcasecmp(val, "yes") || !strcasecmp(val, "ask") || !strcasecmp(val, "true"))
             p = HVD_SSH_HOSTKEY_STRICT;
         else
-            return args_fail(
-                err, "-o StrictHostKeyChecking: bad value '%s' (yes, accept-new or no)", val);
+            return hvd_err_set(err, HVD_E_INVALID,
+                               "-o StrictHostKeyChecking: bad value '%s' (yes, accept-new or no)",
+                               val);
         if (a->hostkey_policy == HVD_SSH_HOSTKEY_UNSET) a->hostkey_policy = p;
         return 0;
     }
@@ -303,15 +278,16 @@ static int parse_option_word(hvd_ssh_args *a, int argc, char *const argv[], int 
         if (strchr(flags_arg, c)) {
             const char *arg = w[j + 1] ? &w[j + 1] : NULL;
             if (!arg) {
-                if (*i + 1 >= argc) return args_fail(err, "option -%c needs an argument", c);
+                if (*i + 1 >= argc)
+                    return hvd_err_set(err, HVD_E_INVALID, "option -%c needs an argument", c);
                 arg = argv[++*i];
             }
             (*i)++;
             return apply_option(a, c, arg, err);
         }
         if (!strchr(flags_noarg, c))
-            return args_fail(err, "unknown option -%c; " USAGE,
-                             isprint((unsigned char)c) ? c : '?');
+            return hvd_err_set(err, HVD_E_INVALID, "unknown option -%c; " USAGE,
+                               isprint((unsigned char)c) ? c : '?');
         if (apply_option(a, c, NULL, err) < 0) return -1;
     }
     (*i)++;
@@ -325,7 +301,7 @@ static int join_words(hvd_ssh_args *a, int argc, char *const argv[], int first, 
     for (int i = first; i < argc; i++)
         len += strlen(argv[i]) + 1;
     char *cmd = malloc(len);
-    if (!cmd) return args_fail(err, "out of memory");
+    if (!cmd) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     char *p = cmd;
     for (int i = first; i < argc; i++) {
         size_t n = strlen(argv[i]);
@@ -361,7 +337,7 @@ int hvd_ssh_args_parse(int argc, char *const argv[], hvd_ssh_args *out, hvd_err 
         }
     }
     if (!have_host) {
-        args_fail(err, "missing host name; " USAGE);
+        hvd_err_set(err, HVD_E_INVALID, "missing host name; " USAGE);
         goto fail;
     }
     if (join_words(out, argc, argv, i, err) < 0) goto fail;

@@ -1,6 +1,7 @@
-/* The ssh transport of hvd-rsh: run one command on a plain host through OpenSSH's protocol
- * (libssh2), like `ssh host command`, so hvd-rsh can stand in for ssh as Open MPI's
- * plm_rsh_agent on hosts that have no task service.
+/* The ssh transport (ssh/README.md): run one command on a plain host through OpenSSH's
+ * protocol (libssh2), like `ssh host command`, so that hvd-rsh can stand in for ssh as Open
+ * MPI's plm_rsh_agent on hosts that have no task service, and hvd-driver --ssh-hosts can start
+ * task services on plain hosts.
  *
  * One call = one connection = one command:
  *   resolve -> TCP connect -> key exchange -> host key check (known_hosts) -> public key
@@ -30,8 +31,8 @@
  * what must not appear on the remote command line, such as a job secret. No pty is requested,
  * so stdout and stderr stay separate.
  *
- * Interrupt (interrupt_fd readable; the caller's self-pipe for SIGTERM/SIGINT/SIGHUP; never
- * read here): see hvd_ssh_run. */
+ * Interrupt (interrupt_fd readable, e.g. the process's signal pipe from common/sig.h; never
+ * read here, and no signal handler is installed here): see hvd_ssh_run. */
 #ifndef HVD_SSH_TRANSPORT_H
 #define HVD_SSH_TRANSPORT_H
 
@@ -39,7 +40,7 @@
 #include <stddef.h>
 
 #include "hvd/error.h"
-#include "ssh_args.h"
+#include "ssh/args.h"
 
 #define HVD_SSH_DEFAULT_PORT               22
 #define HVD_SSH_DEFAULT_CONNECT_TIMEOUT_MS 15000 /* per setup step */
