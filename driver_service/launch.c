@@ -57,6 +57,27 @@ static void add_interfaces(hvd_strb *a, char *const *ifaces) {
     free(list);
 }
 
+/* torch.distributed's rendezvous for the ranks: rank 0 runs for task 0, so MASTER_ADDR is task
+ * 0's address on the first interface every pair of tasks shares (IPv4 first), and MASTER_PORT
+ * the port task 0 found free on its host. Nothing when task 0 reported no port. */
+static void add_master(hvd_strb *a, hvd_driver *d, char *const *ifaces) {
+    hvd_task_info t0;
+    if (hvd_driver_task(d, 0, &t0, NULL) != 0) return;
+    const hvd_addr *addrs = t0.addrs.v, *pick = NULL;
+    for (size_t i = 0; i < t0.addrs.n; i++) {
+        bool on_iface = !ifaces || !ifaces[0] || strcmp(addrs[i].ifname, ifaces[0]) == 0;
+        if (on_iface && (!pick || (strchr(pick->host, ':') && !strchr(addrs[i].host, ':'))))
+            pick = &addrs[i];
+    }
+    if (pick && t0.free_port) {
+        hvd_strb_add(a, "-x");
+        hvd_strb_addf(a, "MASTER_ADDR=%s", pick->host);
+        hvd_strb_add(a, "-x");
+        hvd_strb_addf(a, "MASTER_PORT=%u", t0.free_port);
+    }
+    hvd_msg_free(&hvd_task_info_desc, &t0);
+}
+
 char **hvd_launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
                        hvd_err *err) {
     char *hosts = hvd_driver_host_list(d, err);
@@ -87,6 +108,7 @@ char **hvd_launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const 
     hvd_strb_add(&a, "plm_rsh_agent");
     hvd_strb_addf(&a, "%s/hvd-rsh", bin);
     add_interfaces(&a, ifaces);
+    add_master(&a, d, ifaces);
     for (size_t i = 0; cfg->mpi_args && cfg->mpi_args[i]; i++)
         hvd_strb_add(&a, cfg->mpi_args[i]);
     hvd_strb_addf(&a, "%s/hvd-exec", exec_bin);

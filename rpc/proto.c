@@ -22,6 +22,7 @@ static const hvd_field task_info_fields[] = {
     HVD_FIELD_LIST(hvd_task_info, addrs, hvd_addr_desc),
     HVD_FIELD(hvd_task_info, gpus, HVD_F_STRV),
     HVD_FIELD(hvd_task_info, work_dir, HVD_F_STR),
+    HVD_FIELD(hvd_task_info, free_port, HVD_F_U16),
 };
 const hvd_msg_desc hvd_register_task_desc =
     HVD_MSG(HVD_MSG_REGISTER_TASK, "register_task", hvd_task_info, task_info_fields);

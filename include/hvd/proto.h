@@ -83,9 +83,11 @@ extern const hvd_msg_desc hvd_addr_desc;
 typedef struct hvd_task_info {
     uint32_t index;
     char *host_hash;
-    hvd_list addrs; /* hvd_addr: every address of the task service */
-    hvd_strv gpus;  /* GPU ids of the executor ("0", "1"), maybe empty */
-    char *work_dir; /* the executor's working directory */
+    hvd_list addrs;     /* hvd_addr: every address of the task service */
+    hvd_strv gpus;      /* GPU ids of the executor ("0", "1"), maybe empty */
+    char *work_dir;     /* the executor's working directory */
+    uint16_t free_port; /* a TCP port that was free on the task's host when it registered
+                           (torch.distributed's MASTER_PORT when its rank is 0), or 0 */
 } hvd_task_info;
 extern const hvd_msg_desc hvd_register_task_desc; /* REGISTER_TASK */
 extern const hvd_msg_desc hvd_task_info_desc;     /* TASK_INFO_REPLY */

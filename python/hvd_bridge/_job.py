@@ -1,0 +1,190 @@
+"""What ``hvd_bridge.run`` and ``hvd_bridge.spark.run`` share: the entry point shipped to the
+ranks, output forwarding, and turning the ranks' results into return values or an error."""
+import codecs
+import collections
+import os
+import pickle
+import shlex
+import threading
+
+#: The module every rank runs (its argv after the interpreter).
+RANK_MODULE = ["-m", "hvd_bridge._rank"]
+
+
+class JobError(RuntimeError):
+    """A job failed. ``rank``, ``task`` and ``host`` name the rank that failed first on its own
+    (not one stopped because another failed); ``remote_traceback`` is its Python traceback when
+    its function raised; ``results`` has every rank's outcome (``RankOutcome``)."""
+
+    def __init__(self, message, rank=None, task=None, host=None, remote_traceback=None,
+                 results=None):
+        super().__init__(message)
+        self.rank = rank
+        self.task = task
+        self.host = host
+        self.remote_traceback = remote_traceback
+        self.results = results or []
+
+
+class RankOutcome:
+    """One rank's outcome as the driver saw it."""
+
+    __slots__ = ("rank", "task", "host", "present", "status", "error", "value", "exc_type",
+                 "exc_message", "remote_traceback")
+
+    def __init__(self, row):
+        self.rank, self.task, self.host, self.present, self.status, data, self.error = row
+        self.value = None
+        self.exc_type = self.exc_message = self.remote_traceback = None
+        if self.present and data:
+            try:
+                kind, *rest = pickle.loads(data)
+            except Exception as e:  # not ours, or a class the driver cannot import
+                kind, rest = "error", ["UnpicklingError", str(e), ""]
+            if kind == "ok":
+                self.value = rest[0]
+            else:
+                self.exc_type, self.exc_message, self.remote_traceback = rest
+
+    @property
+    def ok(self):
+        return self.present and self.status == 0 and self.exc_type is None
+
+    def __repr__(self):
+        return "RankOutcome(rank=%d, task=%d, host=%r, status=%r, error=%r)" % (
+            self.rank, self.task, self.host, self.status if self.present else None,
+            self.error or self.exc_type)
+
+
+def payload(fn, args, kwargs):
+    """The pickled entry point every rank unpickles and calls."""
+    import cloudpickle
+
+    return cloudpickle.dumps((fn, tuple(args or ()), dict(kwargs or {})))
+
+
+def rank_argv(executable):
+    """The program each rank runs. Without an executable, the interpreter is the one the task
+    service names in $HVD_PYTHON (the Python of the process it runs in), else python3."""
+    if executable:
+        return [executable] + RANK_MODULE
+    return ["/bin/sh", "-c", 'exec "${HVD_PYTHON:-python3}" ' + " ".join(RANK_MODULE)]
+
+
+def mpi_args(extra_mpi_args, env, prefix_output_with_timestamp):
+    """mpirun arguments: the user's (a string, split like a shell), the variables of env for
+    the ranks (-x NAME=VALUE), and mpirun's timestamps when asked."""
+    args = shlex.split(extra_mpi_args) if isinstance(extra_mpi_args, str) else list(
+        extra_mpi_args or [])
+    if env is not None and not isinstance(env, dict):
+        raise ValueError("env must be a dict, not %s" % type(env).__name__)
+    for k, v in (env or {}).items():
+        if not k or "=" in k:
+            raise ValueError("bad environment variable name %r" % k)
+        args += ["-x", "%s=%s" % (k, v)]
+    if prefix_output_with_timestamp:
+        args.append("--timestamp-output")
+    return args
+
+
+def first_failure(outcomes):
+    """The rank that failed first on its own: one whose function raised; else one that exited
+    with an error status of its own (not a signal, which is how ranks are stopped when another
+    fails); else any failed or missing one. Lowest rank among equals."""
+    def tier(o):
+        if o.exc_type is not None:
+            return 0
+        if o.present and 0 < o.status < 128:
+            return 1
+        if o.present and o.status != 0:
+            return 2
+        return 3 if not o.present else 4
+
+    bad = [o for o in outcomes if not o.ok]
+    return min(bad, key=lambda o: (tier(o), o.rank)) if bad else None
+
+
+def values_or_raise(rows, mpirun_status, stop_reason=None):
+    """The ranks' return values in rank order, or a JobError naming the first failure."""
+    outcomes = [RankOutcome(r) for r in sorted(rows, key=lambda r: r[0])]
+    bad = first_failure(outcomes)
+    if bad is None and mpirun_status == 0 and not stop_reason:
+        return [o.value for o in outcomes]
+    if bad is None:
+        msg = "mpirun exited with status %d" % mpirun_status
+        if stop_reason:
+            msg = "the job was stopped: %s" % stop_reason
+        raise JobError(msg, results=outcomes)
+    where = "rank %d (task %d on %s)" % (bad.rank, bad.task, bad.host or "?")
+    if bad.exc_type is not None:
+        msg = "%s raised %s: %s\n\nRemote traceback:\n%s" % (
+            where, bad.exc_type, bad.exc_message, bad.remote_traceback)
+    elif bad.present:
+        msg = "%s exited with status %d%s" % (where, bad.status,
+                                               ": " + bad.error if bad.error else "")
+    else:
+        msg = "%s reported no result; mpirun exited with status %d" % (where, mpirun_status)
+        if stop_reason:
+            msg += " (the job was stopped: %s)" % stop_reason
+    raise JobError(msg, rank=bad.rank, task=bad.task, host=bad.host,
+                   remote_traceback=bad.remote_traceback, results=outcomes)
+
+
+class OutputForwarder:
+    """Copies what a pipe carries to a text stream, one line at a time (incremental UTF-8),
+    flushing after each line, on a thread of its own. ``fd`` is the write end to hand on."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.last_lines = collections.deque(maxlen=8)  # for error messages
+        r, w = os.pipe()
+        self._r = r
+        self.fd = w
+        self._thread = threading.Thread(target=self._pump, name="hvd-bridge output",
+                                        daemon=True)
+        self._thread.start()
+
+    def _write(self, text):
+        try:
+            self.stream.write(text)
+            flush = getattr(self.stream, "flush", None)
+            if flush:
+                flush()
+        except Exception:  # a closed stream must not kill the job
+            pass
+
+    def _pump(self):
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        pending = ""
+        while True:
+            chunk = os.read(self._r, 65536)
+            text = dec.decode(chunk, final=not chunk)
+            pending += text
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                self.last_lines.append(line)
+                self._write(line + "\n")
+            if not chunk:
+                break
+        if pending:
+            self._write(pending)
+        os.close(self._r)
+
+    def close_writer(self):
+        """Closes our copy of the write end: the thread ends once every writer has."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def join(self, timeout=None):
+        self.close_writer()
+        self._thread.join(timeout)
+
+
+def timeout_s(value, env_name, default):
+    """A timeout in seconds: the argument, else the environment variable, else the default."""
+    if value is not None:
+        return float(value)
+    return float(os.environ.get(env_name, default))
+
+

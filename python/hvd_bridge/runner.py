@@ -1,0 +1,146 @@
+"""``hvd_bridge.run``: a Python function as an MPI job without Spark, like ``horovod.run``.
+The job runs through ``hvd-driver run``: task services on this machine (the default), or on
+ssh hosts (``hosts="h1:2,h2:2"``), mpirun through ``hvd-rsh``, and each rank calling the
+function in a Python interpreter."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from . import _job, bin_dir
+
+_ELASTIC = ("min_num_proc", "max_num_proc", "slots", "reset_limit", "cooldown_range",
+            "host_discovery_script", "min_np", "max_np")
+
+
+def _slots(hosts):
+    total = 0
+    for entry in hosts.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        tail = entry.rsplit("]", 1)[-1]
+        total += int(tail.split(":")[1]) if ":" in tail else 1
+    return total
+
+
+def _hostfile_hosts(path):
+    """Horovod's hostfile: "<host> slots=<n>" per line, # comments."""
+    hosts = []
+    with open(path) as f:
+        for line in f:
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            slots = 1
+            for w in words[1:]:
+                if w.startswith("slots="):
+                    slots = int(w[len("slots="):])
+            hosts.append("%s:%d" % (words[0], slots))
+    return ",".join(hosts)
+
+
+def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_port,
+                    ssh_identity_file, nics, mpi_args, verbose, executable):
+    cmd = [os.path.join(bin_dir(), "hvd-driver"), "run", "-np", str(np_)]
+    if hosts:
+        cmd += ["--ssh-hosts", hosts]
+        if ssh_port:
+            cmd += ["--ssh-port", str(ssh_port)]
+        if ssh_identity_file:
+            cmd += ["--ssh-identity", ssh_identity_file]
+    else:
+        cmd += ["--local", "1"]
+    cmd += ["--start-timeout", str(max(1, int(start_timeout))), "--results-json", results_file,
+            "--payload", payload_file]
+    if nics:
+        cmd += ["--nics", ",".join(nics)]
+    for a in mpi_args:
+        cmd += ["--mpi-arg", a]
+    cmd.append("--verbose" if verbose else "--quiet")
+    return cmd + ["--"] + _job.rank_argv(executable or sys.executable)
+
+
+def _rows(results_file):
+    with open(results_file) as f:
+        doc = json.load(f)
+    rows = [(r["rank"], r["task"], r["host_hash"], r["reported"], r["status"],
+             bytes.fromhex(r["result_hex"]), r["error"]) for r in doc["ranks"]]
+    return rows, doc["mpirun_status"]
+
+
+def _wait(proc):
+    """Waits for hvd-driver; Ctrl-C stops the job (hvd-driver takes everything down)."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise
+
+
+def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
+        start_timeout=None, ssh_port=None, ssh_identity_file=None, verbose=None, use_gloo=None,
+        use_mpi=None, mpi_args=None, network_interface=None, network_interfaces=None,
+        executable=None, np=None, env=None, stdout=None, stderr=None,
+        prefix_output_with_timestamp=False, **elastic):
+    """Runs ``func(*args, **kwargs)`` on ``np`` ranks and returns their return values in rank
+    order. Raises ``hvd_bridge.JobError`` naming the rank that failed first (with its
+    traceback) when a rank fails.
+
+    np (or num_proc): number of ranks (default 1, or the slots of ``hosts``).
+    hosts: "host1:2,host2:2" ssh hosts and slots (default: this machine); hostfile: Horovod's
+    "<host> slots=<n>" file instead. ssh_port, ssh_identity_file: for the ssh hosts.
+    start_timeout: seconds for the tasks to start (default $HOROVOD_START_TIMEOUT, else 120).
+    mpi_args: extra mpirun arguments (a string or a list); env: variables for the ranks;
+    network_interfaces (or network_interface, comma-separated): the interfaces to use.
+    executable: the Python of the ranks (default: this one). stdout, stderr: text streams for
+    the ranks' output (default sys.stdout, sys.stderr), one line at a time, prefixed with
+    "[1,rank]<stdout>:"; prefix_output_with_timestamp adds mpirun's timestamps.
+    """
+    given = sorted(k for k in elastic if elastic[k] is not None)
+    unknown = [k for k in elastic if k not in _ELASTIC]
+    if unknown:
+        raise TypeError("run() got unexpected keyword arguments %s" % ", ".join(unknown))
+    if given:
+        raise NotImplementedError("elastic jobs (%s) are not supported by hvd_bridge.run yet"
+                                  % ", ".join(given))
+    if use_gloo:
+        raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
+    if hosts and hostfile:
+        raise ValueError("Argument hosts and hostfile only allow one provided.")
+    if hostfile:
+        hosts = _hostfile_hosts(hostfile)
+    np_ = np or num_proc or (_slots(hosts) if hosts else 1)
+    nics = network_interfaces or (network_interface.split(",") if network_interface else None)
+    extra = _job.mpi_args(mpi_args, env, prefix_output_with_timestamp)
+    start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120)
+    work = tempfile.mkdtemp(prefix="hvd-bridge-run-")
+    out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
+    err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
+    try:
+        payload_file = os.path.join(work, "payload")
+        results_file = os.path.join(work, "results.json")
+        with open(os.open(payload_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(_job.payload(func, args, kwargs))
+        cmd = _driver_command(np_, hosts, payload_file, results_file, start, ssh_port,
+                              ssh_identity_file, nics, extra, verbose, executable)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out.fd, stderr=err.fd)
+        out.close_writer()
+        err.close_writer()
+        status = _wait(proc)
+        out.join()
+        err.join()
+        if not os.path.exists(results_file):
+            lines = [l for l in err.last_lines if l.startswith("hvd-driver")]
+            raise _job.JobError("the job did not run (hvd-driver exited with status %d)%s" % (
+                status, ": " + lines[-1] if lines else ""))
+        rows, mpirun_status = _rows(results_file)
+        return _job.values_or_raise(rows, mpirun_status)
+    finally:
+        out.join(1)
+        err.join(1)
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,146 @@
+"""``hvd_bridge.spark.run``: ``horovod.spark.run`` on hvd-bridge. The driver service runs in
+this (the Spark driver's) process; the task services run inside PySpark's Python workers, one
+per task of a barrier stage; mpirun reaches them through ``hvd-rsh``; each rank unpickles the
+function, calls it, and sends back its pickled return value."""
+import base64
+import os
+import sys
+import threading
+
+from .. import _core, _job, bin_dir
+
+_WAIT_TICK_S = 0.2  # the driver thread wakes this often, so that Ctrl-C gets through
+
+
+def _task_fn(addrs, secret, start_timeout, net_timeout, log_level):
+    """The function every Spark task runs: a task service for the partition's index."""
+
+    def task(index, iterator):
+        from pyspark import BarrierTaskContext
+
+        from hvd_bridge import _core as core
+
+        ctx = BarrierTaskContext.get()
+        resources = ctx.resources() if ctx is not None else {}
+        gpus = list(resources["gpu"].addresses) if "gpu" in resources else None
+        # The ranks run in this worker's Python unless the driver names another.
+        os.environ["HVD_PYTHON"] = sys.executable
+        t = core.Task(index, addrs, secret, gpus=gpus, work_dir=os.getcwd(),
+                      start_timeout=start_timeout, net_timeout=net_timeout, log_level=log_level)
+        try:
+            code = t.run()
+        except core.HvdError as e:
+            if e.code != "shutting down":  # the driver ended the job: not this task's failure
+                raise
+            code = None
+        finally:
+            t.stop()
+        yield index, code
+
+    return task
+
+
+class _SparkJob(threading.Thread):
+    """Runs the barrier stage of task services; a failure aborts the driver's job."""
+
+    def __init__(self, sc, group, num_proc, task_fn, driver):
+        super().__init__(name="hvd-bridge spark", daemon=True)
+        self.sc, self.group, self.num_proc = sc, group, num_proc
+        self.task_fn, self.driver = task_fn, driver
+        self.error = None
+
+    def run(self):
+        try:
+            self.sc.setJobGroup(self.group, "hvd_bridge.spark.run", interruptOnCancel=True)
+            rdd = self.sc.range(0, self.num_proc, numSlices=self.num_proc)
+            rdd.barrier().mapPartitionsWithIndex(self.task_fn).collect()
+        except Exception as e:  # noqa: BLE001 - any Spark failure ends the job
+            self.error = e
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.driver.abort("the Spark job failed: %s" % first[:300])
+
+
+def _run_job(driver, **kw):
+    """driver.run_job on a thread of its own, so that this thread stays interruptible:
+    Ctrl-C aborts the job (mpirun and the ranks are stopped) and is raised once it is down."""
+    box = {}
+
+    def target():
+        try:
+            box["outcome"] = driver.run_job(**kw)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="hvd-bridge job", daemon=True)
+    t.start()
+    try:
+        while t.is_alive():
+            t.join(_WAIT_TICK_S)
+    except KeyboardInterrupt:
+        driver.abort("interrupted (KeyboardInterrupt)")
+        t.join()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["outcome"]
+
+
+def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
+        use_gloo=None, extra_mpi_args=None, env=None, stdout=None, stderr=None, verbose=1,
+        nics=None, prefix_output_with_timestamp=False, executable=None):
+    """Runs ``fn(*args, **kwargs)`` on ``num_proc`` ranks inside the Spark application's
+    executors and returns the return values in rank order (``horovod.spark.run``).
+
+    num_proc: ranks = Spark tasks (default: spark.default.parallelism); the stage is a barrier
+    stage, so that many task slots must be free at once. start_timeout: seconds for the tasks
+    to start and find each other (default $HOROVOD_SPARK_START_TIMEOUT, else 600).
+    extra_mpi_args: more mpirun arguments (a string); env: variables for the ranks.
+    stdout, stderr: text streams for the ranks' output (default this process's sys.stdout and
+    sys.stderr, e.g. a notebook cell), one line at a time, prefixed "[1,rank]<stdout>:";
+    prefix_output_with_timestamp adds mpirun's timestamps. verbose: 2 logs progress.
+    nics: the interfaces to use (default: those every pair of tasks can reach each other on).
+    executable: the Python of the ranks (default: that of the PySpark workers).
+    A task with Spark GPU resources gives them to its rank (CUDA_VISIBLE_DEVICES, HVD_GPUS).
+    Raises hvd_bridge.JobError naming the rank, task and host that failed first, with its
+    traceback; hvd_bridge._core.HvdError when the job could not start (its text says why).
+    """
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        raise RuntimeError("Could not find an active SparkContext, are you running in a PySpark "
+                           "session?")
+    if use_gloo:
+        raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
+    num_proc = num_proc or sc.defaultParallelism
+    start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600)
+    mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
+    driver = _core.Driver(num_proc, _job.rank_argv(executable), payload=_job.payload(fn, args,
+                          kwargs), nics=list(nics) if nics else None, verbose=verbose >= 2)
+    group = "hvd_bridge.spark.run.%d.%d" % (os.getpid(), id(driver))
+    secret = base64.b64decode(driver.job_env()["HVD_SECRET"])
+    task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
+                       "info" if verbose >= 2 else "warn")
+    spark = _SparkJob(sc, group, num_proc, task_fn, driver)
+    out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
+    err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
+    spark.start()
+    try:
+        status, timed_out, stopped = _run_job(driver, bin_dir=bin_dir(), mpi_args=mpi_args,
+                                              start_timeout=start, stdout_fd=out.fd,
+                                              stderr_fd=err.fd)
+        reason = "the Spark job failed: %s" % spark.error if spark.error else None
+        return _job.values_or_raise(driver.results(), status, reason)
+    except _core.HvdError as e:
+        if spark.error is not None:
+            raise _job.JobError("%s (the Spark job failed: %s)" % (e, spark.error)) from e
+        raise
+    finally:
+        driver.shutdown_tasks()
+        spark.join(30)
+        if spark.is_alive():
+            sc.cancelJobGroup(group)
+            spark.join(30)
+        driver.stop()
+        out.join(5)
+        err.join(5)

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The PySpark application of test_spark_python.py: hvd_bridge.spark.run on the Spark master
+given on the command line (local-cluster or a standalone master); prints one line
+"CASE <name> <json>" per case for the test to check.
+
+  spark_app.py MASTER NUM_PROC [conf=value ...]
+"""
+import io
+import json
+import os
+import sys
+import time
+
+
+def ancestors():
+    """The command lines of this process's ancestors, nearest first."""
+    out, pid = [], __import__("os").getppid()
+    while pid > 1:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                out.append(f.read().replace(b"\0", b" ").decode(errors="replace").strip())
+            with open("/proc/%d/stat" % pid) as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+    return out
+
+
+def ranked(base, offset=0):
+    import os as _os
+    print("rank %s says hello" % _os.environ["RANK"])
+    return {"rank": int(_os.environ["RANK"]), "size": int(_os.environ["WORLD_SIZE"]),
+            "value": base * int(_os.environ["RANK"]) + offset, "ancestors": ancestors()}
+
+
+def fails_on_two():
+    import os as _os
+    import time as _time
+    if _os.environ["RANK"] == "2":
+        raise ValueError("rank two fails on purpose")
+    _time.sleep(2)
+    return "ok"
+
+
+def report(name, value):
+    print("CASE %s %s" % (name, json.dumps(value)), flush=True)
+
+
+def wait_for_executors(sc, slots, timeout=120):
+    """A barrier stage needs every slot at once: wait until the executors are up."""
+    end = time.time() + timeout
+    while time.time() < end:
+        status = sc._jsc.sc().getExecutorMemoryStatus()
+        if status.size() - 1 >= 2 and sc.defaultParallelism >= slots:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the executors did not come up in %d s" % timeout)
+
+
+def main():
+    master, num_proc = sys.argv[1], int(sys.argv[2])
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    conf = SparkConf().setMaster(master).setAppName("hvd_bridge spark test")
+    for kv in sys.argv[3:]:
+        k, v = kv.split("=", 1)
+        conf.set(k, v)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    sc = spark.sparkContext
+    wait_for_executors(sc, num_proc)
+    import hvd_bridge
+    import hvd_bridge.spark as hs
+
+    out = io.StringIO()
+    t0 = time.time()
+    values = hs.run(ranked, args=(10,), kwargs={"offset": 1}, num_proc=num_proc, stdout=out,
+                    stderr=io.StringIO())
+    report("values", {"values": values, "seconds": time.time() - t0,
+                      "stdout": out.getvalue().splitlines()})
+
+    err = io.StringIO()
+    try:
+        hs.run(fails_on_two, num_proc=num_proc, stdout=io.StringIO(), stderr=err)
+        report("exception", {"raised": False})
+    except hvd_bridge.JobError as e:
+        report("exception", {"raised": True, "type": type(e).__name__, "rank": e.rank,
+                             "task": e.task, "host": e.host, "message": str(e),
+                             "traceback": e.remote_traceback, "stderr": err.getvalue()})
+    # The job after a failure runs as usual.
+    report("again", {"values": hs.run(ranked, args=(1,), num_proc=num_proc)})
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""`pip install .` into a fresh virtual environment, then a job (label python): the package
+built from the repository by scikit-build-core carries the extension, hvd-driver, hvd-task,
+hvd-rsh and hvd-exec and the shared libraries, and hvd_bridge.run works from it with nothing
+else on the path (no PYTHONPATH, no build tree).
+
+Exits 77 (skip) when the venv module, mpirun or a C compiler is missing, or under a sanitizer
+build. Needs PyPI or pip's cache for cloudpickle and scikit-build-core.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import hvdtest  # noqa: E402
+from hvdtest import check  # noqa: E402
+
+JOB = r'''
+import os, sys
+import hvd_bridge
+assert "build" not in hvd_bridge.__file__, hvd_bridge.__file__
+for prog in ("hvd-driver", "hvd-task", "hvd-rsh", "hvd-exec"):
+    assert os.access(os.path.join(hvd_bridge.bin_dir(), prog), os.X_OK), prog
+for lib in ("libhvd_bridge.so", "libhvd_runtime.so"):
+    assert os.path.exists(os.path.join(hvd_bridge.lib_dir(), lib)), lib
+print("RESULT", hvd_bridge.run(lambda x: (int(os.environ["RANK"]), x), args=("hi",), np=2))
+'''
+
+
+def test_pip_install():
+    work = tempfile.mkdtemp(prefix="hvd-pip-test.")
+    mark = uuid.uuid4().hex
+    try:
+        venv = os.path.join(work, "venv")
+        rc, out, err, _ = hvdtest.run([sys.executable, "-m", "venv", venv], timeout=120)
+        check(rc == 0, "venv: %s" % err)
+        py = os.path.join(venv, "bin", "python")
+        env = hvdtest.marked_env(mark)
+        env.pop("PYTHONPATH", None)
+        rc, out, err, secs = hvdtest.run(
+            [py, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+             "-C", "build-dir=" + os.path.join(work, "build"), REPO], env=env, timeout=900,
+            merge=True)
+        check(rc == 0, "pip install . failed:\n%s" % out[-6000:])
+        print("pip install . took %.0f s" % secs)
+        rc, out, err, _ = hvdtest.run([py, "-c", JOB], env=env, cwd=work, timeout=300)
+        check(rc == 0 and "RESULT [(0, 'hi'), (1, 'hi')]" in out,
+              "a job from the installed package: status %d\n%s\n%s" % (rc, out, err[-4000:]))
+        hvdtest.assert_no_leftovers(mark, 15)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = hvdtest.arg_parser()
+    ap.add_argument("--pythonpath", default="")
+    ap.add_argument("--sanitize", default="")
+    ap.add_argument("cases", nargs="*")
+    args = ap.parse_args()
+    if args.sanitize:
+        hvdtest.skip("a sanitizer build")
+    for what in ("mpirun", "cc"):
+        if not shutil.which(what):
+            hvdtest.skip("no %s" % what)
+    return hvdtest.run_cases(hvdtest.cases_in(globals()), args.cases)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

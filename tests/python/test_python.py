@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""The hvd_bridge Python package without Spark (label python): hvd_bridge.run on real task
+services, mpirun, hvd-rsh and hvd-exec, each rank a Python interpreter running a pickled
+function.
+
+Cases:
+  values       args and kwargs reach the ranks; the return values come back in rank order;
+               each rank has Horovod's and torch.distributed's variables (RANK, WORLD_SIZE,
+               LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
+  exception    rank 2 raises: JobError names rank 2, its task and host, and carries the
+               remote traceback; the other ranks are not blamed
+  output       the ranks' output reaches the given io.StringIO, one line at a time with the
+               rank prefix; prefix_output_with_timestamp adds mpirun's timestamps
+  env          env= and mpi_args= reach the ranks
+  torch_ddp    existing torch.distributed code (gloo, init_method env://) runs unchanged
+  bad_args     wrong arguments give clear errors before anything starts
+and after every case: no process of the job is left, nothing left in TMPDIR or /dev/shm.
+
+Runs with the Python of scripts/install-python.sh (torch, cloudpickle) and the package staged
+by the build (--pythonpath). Exits 77 (skip) when that Python, cloudpickle or mpirun is
+missing, or under a sanitizer build (the extension cannot load a sanitized runtime).
+"""
+import io
+import os
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import hvdtest  # noqa: E402
+from hvdtest import Failure, Skip, check  # noqa: E402
+
+ARGS = None
+
+
+class Job:
+    """A case's surroundings: a process mark every process of its jobs inherits, and a private
+    TMPDIR; on exit, nothing of the job may be left in either."""
+
+    def __enter__(self):
+        self.mark = uuid.uuid4().hex
+        self.tmp = tempfile.mkdtemp(prefix="hvd-pytest-")
+        self.saved = {k: os.environ.get(k) for k in (hvdtest.MARK_VAR, "TMPDIR")}
+        os.environ[hvdtest.MARK_VAR] = self.mark
+        os.environ["TMPDIR"] = self.tmp
+        self.shm = hvdtest.shm_dirs()
+        return self
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        left = hvdtest.leftovers(self.mark, 15)
+        files = os.listdir(self.tmp)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        shm = hvdtest.shm_dirs() - self.shm
+        if exc[0] is None:
+            check(not left, "processes of the job left behind:\n  " + "\n  ".join(left))
+            check(not files, "files left in the job's TMPDIR: %s" % files)
+            check(not shm, "left in /dev/shm: %s" % sorted(shm))
+        return False
+
+
+def rank_info(base, offset=0):
+    import os as _os
+    env = _os.environ
+    return {"rank": int(env["RANK"]), "size": int(env["WORLD_SIZE"]),
+            "local_rank": int(env["LOCAL_RANK"]), "local_size": int(env["LOCAL_WORLD_SIZE"]),
+            "horovod_rank": int(env["HOROVOD_RANK"]), "master": (env.get("MASTER_ADDR"),
+                                                                 env.get("MASTER_PORT")),
+            "value": base * int(env["RANK"]) + offset}
+
+
+def test_values():
+    import hvd_bridge
+    with Job():
+        out = hvd_bridge.run(rank_info, args=(10,), kwargs={"offset": 3}, np=3)
+    check(isinstance(out, list) and len(out) == 3, "3 results: %r" % (out,))
+    for r, info in enumerate(out):
+        check(info["rank"] == r and info["horovod_rank"] == r, "rank order: %r" % (out,))
+        check(info["size"] == 3 and info["local_size"] == 3 and info["local_rank"] == r,
+              "sizes: %r" % info)
+        check(info["value"] == 10 * r + 3, "args and kwargs: %r" % info)
+    masters = {tuple(i["master"]) for i in out}
+    check(len(masters) == 1, "every rank has the same MASTER_ADDR/PORT: %r" % masters)
+    addr, port = masters.pop()
+    check(addr and port and port.isdigit() and 0 < int(port) < 65536,
+          "MASTER_ADDR and MASTER_PORT set: %r %r" % (addr, port))
+
+
+def fails_on_two():
+    import os as _os
+    if _os.environ["RANK"] == "2":
+        raise ValueError("rank two fails on purpose")
+    import time
+    time.sleep(2)  # still running when rank 2 fails: stopped, not blamed
+    return "ok"
+
+
+def test_exception():
+    import hvd_bridge
+    err = io.StringIO()
+    with Job():
+        try:
+            hvd_bridge.run(fails_on_two, np=4, stdout=io.StringIO(), stderr=err)
+        except hvd_bridge.JobError as e:
+            exc = e
+        else:
+            raise Failure("no JobError")
+    check(exc.rank == 2 and exc.task == 2 and exc.host, "names rank 2: %r %r" % (exc, vars(exc)))
+    text = str(exc)
+    check(re.search(r"^rank 2 \(task 2 on \S+\) raised ValueError: rank two fails on purpose",
+                    text), "the message names the rank, task, host and error: %s" % text)
+    check("Traceback (most recent call last)" in exc.remote_traceback and
+          "fails_on_two" in exc.remote_traceback, "remote traceback: %s" % exc.remote_traceback)
+    check("[1,2]<stderr>:ValueError: rank two fails on purpose" in err.getvalue(),
+          "the traceback reached stderr with the rank prefix: %s" % err.getvalue()[-2000:])
+    check(len(exc.results) == 4 and exc.results[2].exc_type == "ValueError",
+          "every rank's outcome: %r" % exc.results)
+
+
+def talk(lines):
+    import os as _os
+    import sys as _sys
+    for i in range(lines):
+        print("line %d of rank %s" % (i, _os.environ["RANK"]))
+    print("to stderr from rank %s" % _os.environ["RANK"], file=_sys.stderr)
+    return lines
+
+
+def test_output():
+    import hvd_bridge
+    out, err = io.StringIO(), io.StringIO()
+    with Job():
+        hvd_bridge.run(talk, args=(50,), np=2, stdout=out, stderr=err)
+    for r in range(2):
+        mine = [l for l in out.getvalue().splitlines() if l.startswith("[1,%d]<stdout>:" % r)]
+        want = ["[1,%d]<stdout>:line %d of rank %d" % (r, i, r) for i in range(50)]
+        check(mine == want, "rank %d's stdout lines, whole and in order: %r" % (r, mine[:5]))
+        check("[1,%d]<stderr>:to stderr from rank %d" % (r, r) in err.getvalue().splitlines(),
+              "stderr: %s" % err.getvalue())
+    stamped = io.StringIO()
+    with Job():
+        hvd_bridge.run(talk, args=(1,), np=1, stdout=stamped, stderr=io.StringIO(),
+                       prefix_output_with_timestamp=True)
+    line = [l for l in stamped.getvalue().splitlines() if "line 0 of rank 0" in l]
+    check(line and re.match(r"^\S.*\d\d:\d\d:\d\d.*\[1,0\]<stdout>:line 0", line[0]) or
+          (line and re.search(r"\d{4}", line[0].split("[1,0]")[0])),
+          "a timestamp before the prefix: %r" % line)
+
+
+def env_probe(name):
+    import os as _os
+    return _os.environ.get(name)
+
+
+def test_env():
+    import hvd_bridge
+    with Job():
+        out = hvd_bridge.run(env_probe, args=("HVD_PYTEST_VAR",), np=2,
+                             env={"HVD_PYTEST_VAR": "a b=c"}, mpi_args="-x HVD_PYTEST_OTHER=1")
+        other = hvd_bridge.run(env_probe, args=("HVD_PYTEST_OTHER",), np=1,
+                               mpi_args=["-x", "HVD_PYTEST_OTHER=2"])
+    check(out == ["a b=c", "a b=c"], "env reached both ranks: %r" % out)
+    check(other == ["2"], "mpi_args reached mpirun: %r" % other)
+
+
+def ddp_allreduce():
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")  # env:// from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    world = dist.get_world_size()
+    dist.destroy_process_group()
+    return t.item(), world
+
+
+def test_torch_ddp():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise Skip("no torch in this Python")
+    import hvd_bridge
+    with Job():
+        out = hvd_bridge.run(ddp_allreduce, np=3)
+    check(out == [(6.0, 3)] * 3, "torch.distributed all_reduce over the job: %r" % out)
+
+
+def test_bad_args():
+    import hvd_bridge
+    for kw, exc, text in ((dict(use_gloo=True), ValueError, "MPI"),
+                          (dict(hosts="a:1", hostfile="/x"), ValueError, "hostfile"),
+                          (dict(min_num_proc=2), NotImplementedError, "elastic"),
+                          (dict(bogus=1), TypeError, "bogus"),
+                          (dict(env=["A=1"]), ValueError, "env must be a dict")):
+        try:
+            hvd_bridge.run(rank_info, args=(1,), np=1, **kw)
+        except exc as e:
+            check(text in str(e), "%r: %s" % (kw, e))
+        else:
+            raise Failure("%r accepted" % kw)
+
+
+def main():
+    global ARGS
+    ap = hvdtest.arg_parser("--pythonpath")
+    ap.add_argument("--sanitize", default="")
+    ap.add_argument("cases", nargs="*")
+    ARGS = ap.parse_args()
+    if ARGS.sanitize:
+        hvdtest.skip("a sanitizer build: the extension cannot load a sanitized runtime")
+    if not shutil.which("mpirun"):
+        hvdtest.skip("no mpirun")
+    try:
+        import cloudpickle  # noqa: F401
+    except ImportError:
+        hvdtest.skip("no cloudpickle in %s (scripts/install-python.sh makes the test Python)"
+                     % sys.executable)
+    sys.path.insert(0, ARGS.pythonpath)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (ARGS.pythonpath, os.environ.get("PYTHONPATH")) if p)
+    for k in hvdtest.CLEARED_VARS:
+        os.environ.pop(k, None)
+    os.environ["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    os.environ["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return hvdtest.run_cases({k: guarded(f) for k, f in hvdtest.cases_in(globals()).items()},
+                             ARGS.cases)
+
+
+def guarded(case):
+    """A case whose unexpected JobError (or HvdError) counts as its failure."""
+    def run():
+        try:
+            case()
+        except RuntimeError as e:
+            raise Failure("%s: %s" % (type(e).__name__, e)) from e
+    return run
+
+
+if __name__ == "__main__":
+    sys.exit(main())

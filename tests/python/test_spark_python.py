@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""hvd_bridge.spark.run on real Spark clusters (label python, spark): spark_app.py, a PySpark
+application, runs on
+
+  local_cluster  Spark's local-cluster mode (a master, 2 workers and 2 executors, started by
+                 PySpark itself), and
+  standalone     a standalone cluster this test starts with spark-class: a master and two
+                 workers, Spark authentication on with one secret given to the master, the
+                 workers and the application;
+
+and in each: a function with args and kwargs returns the values in rank order, its output
+reaches an io.StringIO with the rank prefixes, each rank runs under its Spark task's Python
+worker; a function that raises on rank 2 gives a JobError naming rank 2, its task and host,
+with its traceback; a job after that failure runs as usual. After each application nothing of
+it is left running (its processes carry a marker) and nothing is left in its TMPDIR.
+
+Exits 77 (skip) when Java, pyspark, cloudpickle or mpirun is missing, or under a sanitizer
+build.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+sys.path.insert(0, os.path.join(HERE, "..", "spark"))
+import hvdtest  # noqa: E402
+import test_spark  # noqa: E402  (find_spark_home, private_spark_home)
+from hvdtest import Failure, check  # noqa: E402
+
+ARGS = None
+NUM_PROC = 4
+
+
+class App:
+    """One application's surroundings: a private work dir and SPARK_HOME, a marker."""
+
+    def __init__(self, spark_home):
+        self.work = tempfile.mkdtemp(prefix="hvd-pyspark-test.")
+        self.home = test_spark.private_spark_home(spark_home, self.work)
+        self.tmp = os.path.join(self.work, "tmp")
+        os.makedirs(self.tmp)
+        self.marker = "pyspark-" + uuid.uuid4().hex[:12]
+        self.env = hvdtest.marked_env(None, **{hvdtest.MARKER_VAR: self.marker})
+        self.env.update(SPARK_HOME=self.home, SPARK_LOCAL_IP="127.0.0.1", TMPDIR=self.tmp,
+                        PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                        PYTHONPATH=ARGS.pythonpath, SPARK_LOG_DIR=os.path.join(self.work, "logs"),
+                        SPARK_PID_DIR=os.path.join(self.work, "pids"))
+
+    def confs(self):
+        return ["spark.ui.enabled=false", "spark.log.level=WARN",
+                "spark.local.dir=" + os.path.join(self.work, "local"),
+                "spark.executorEnv.PYTHONPATH=" + ARGS.pythonpath,
+                "spark.executorEnv.TMPDIR=" + self.tmp,
+                "spark.executorEnv.OMPI_ALLOW_RUN_AS_ROOT=1",
+                "spark.executorEnv.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"]
+
+    def run(self, master, extra_confs=(), timeout=420):
+        cmd = [sys.executable, os.path.join(HERE, "spark_app.py"), master, str(NUM_PROC)]
+        rc, out, err, secs = hvdtest.run(cmd + self.confs() + list(extra_confs), env=self.env,
+                                        cwd=self.work, timeout=timeout, new_session=True)
+        cases = {}
+        for line in out.splitlines():
+            m = re.match(r"^CASE (\w+) (.*)$", line)
+            if m:
+                cases[m.group(1)] = json.loads(m.group(2))
+        return rc, cases, out + "\n" + err[-8000:]
+
+    def finish(self, output):
+        left = hvdtest.leftovers(self.marker, 30, var=hvdtest.MARKER_VAR)
+        files = [f for f in os.listdir(self.tmp) if not f.startswith(("spark-", "blockmgr-"))]
+        shutil.rmtree(self.work, ignore_errors=True)
+        check(not left, "processes of the application left behind:\n  " + "\n  ".join(left))
+        check(not files, "files left in the application's TMPDIR: %s" % files)
+
+
+def check_cases(rc, cases, output):
+    tail = "\n--- output ---\n" + output[-6000:]
+    check(rc == 0, "the application exited %d%s" % (rc, tail))
+    v = cases.get("values")
+    check(v is not None, "no values case" + tail)
+    vals = v["values"]
+    check([x["rank"] for x in vals] == list(range(NUM_PROC)), "rank order: %r" % vals)
+    check(all(x["size"] == NUM_PROC and x["value"] == 10 * x["rank"] + 1 for x in vals),
+          "args and kwargs: %r" % vals)
+    for x in vals:  # orted, and so the rank, runs under a PySpark worker of an executor
+        chain = x["ancestors"]
+        check(any("pyspark.daemon" in c or "pyspark.worker" in c for c in chain) and
+              any("CoarseGrainedExecutorBackend" in c for c in chain),
+              "rank %d under a PySpark worker of an executor: %r" % (x["rank"], chain))
+    for r in range(NUM_PROC):
+        check("[1,%d]<stdout>:rank %d says hello" % (r, r) in v["stdout"],
+              "rank %d's output in the StringIO: %r" % (r, v["stdout"]))
+    e = cases.get("exception", {})
+    check(e.get("raised") and e.get("type") == "JobError" and e.get("rank") == 2,
+          "JobError naming rank 2: %r" % e)
+    check(re.match(r"^rank 2 \(task \d+ on \S+\) raised ValueError: rank two fails on purpose",
+                   e.get("message", "")), "the message: %r" % e.get("message"))
+    check("fails_on_two" in (e.get("traceback") or ""), "the remote traceback: %r" % e)
+    check([x["rank"] for x in cases.get("again", {}).get("values", [])] == list(range(NUM_PROC)),
+          "a job after the failure: %r" % cases.get("again"))
+
+
+def test_local_cluster():
+    app = App(ARGS.spark_home)
+    rc, cases, output = app.run("local-cluster[2,2,1024]", ["spark.authenticate=true",
+                                "spark.authenticate.secret=" + uuid.uuid4().hex])
+    try:
+        check_cases(rc, cases, output)
+    finally:
+        app.finish(output)
+
+
+def start_daemon(app, cls, args, log):
+    cmd = [os.path.join(app.home, "bin", "spark-class"), cls] + args
+    with open(log, "w") as f:
+        return subprocess.Popen(cmd, env=app.env, cwd=app.work, stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_standalone():
+    app = App(ARGS.spark_home)
+    secret = uuid.uuid4().hex
+    auth = "-Dspark.authenticate=true -Dspark.authenticate.secret=%s" % secret
+    app.env.update(SPARK_MASTER_OPTS=auth, SPARK_WORKER_OPTS=auth,
+                   SPARK_WORKER_DIR=os.path.join(app.work, "worker"))
+    port, ui = hvdtest.free_port(), hvdtest.free_port()
+    daemons = [start_daemon(app, "org.apache.spark.deploy.master.Master",
+                            ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+                            os.path.join(app.work, "master.log"))]
+    output = ""
+    try:
+        hvdtest.wait_for(lambda: hvdtest.port_open("127.0.0.1", port), 60, "the Spark master")
+        master = "spark://127.0.0.1:%d" % port
+        for i in range(2):
+            daemons.append(start_daemon(app, "org.apache.spark.deploy.worker.Worker",
+                                        ["--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
+                                         "--webui-port", str(hvdtest.free_port()), master],
+                                        os.path.join(app.work, "worker%d.log" % i)))
+        rc, cases, output = app.run(master, ["spark.authenticate=true",
+                                             "spark.authenticate.secret=" + secret,
+                                             "spark.executor.cores=2",
+                                             "spark.executor.memory=512m"])
+        check_cases(rc, cases, output)
+    finally:
+        for d in daemons:
+            hvdtest.stop(d, 15, sig=15)
+        app.finish(output)
+
+
+def main():
+    global ARGS
+    ap = hvdtest.arg_parser("--pythonpath")
+    ap.add_argument("--sanitize", default="")
+    ap.add_argument("cases", nargs="*")
+    ARGS = ap.parse_args()
+    if ARGS.sanitize:
+        hvdtest.skip("a sanitizer build: the extension cannot load a sanitized runtime")
+    for what in ("mpirun", "java"):
+        if not shutil.which(what):
+            hvdtest.skip("no %s" % what)
+    try:
+        import cloudpickle  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        hvdtest.skip("%s in %s (scripts/install-python.sh makes the test Python)" % (e,
+                     sys.executable))
+    ARGS.spark_home = test_spark.find_spark_home()
+    if not ARGS.spark_home:
+        hvdtest.skip("no Spark (scripts/install-spark.sh)")
+    return hvdtest.run_cases(hvdtest.cases_in(globals()), ARGS.cases)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
