@@ -6,14 +6,21 @@
  *
  * The file stays a stream: each event is built as one jansson object and dumped at once, so a
  * long run never holds its trace in memory, and jansson does the escaping of tensor names.
- * The timeline is a diagnostic: when jansson or the disk fails, events are dropped (and the
+ * The timeline is a diagnostic: when memory or the disk fails, events are dropped (and the
  * loss is logged once) rather than the collectives failing. */
-#include "internal.h"
+#include "timeline.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/clock.h"
+#include "log.h"
+#include "params.h"
+#include "strmap.h"
 
 /* Timestamps are microseconds since the file was opened, printed to the nanosecond (13
  * significant digits cover more than a day). */
@@ -35,18 +42,24 @@ struct rt_timeline {
 };
 
 rt_timeline *rt_timeline_open(const char *path, hvd_err *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        rt_err(err, HVD_E_IO,
-               "cannot open the timeline file %s named by HOROVOD_TIMELINE: %s; is the "
-               "directory there and writable?",
-               path, strerror(errno));
+    rt_timeline *tl = calloc(1, sizeof *tl);
+    if (tl) tl->path = strdup(path);
+    if (!tl || !tl->path) {
+        free(tl);
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory opening the timeline %s", path);
         return NULL;
     }
-    rt_timeline *tl = rt_xcalloc(1, sizeof *tl);
-    tl->f = f;
-    tl->path = rt_xstrdup(path);
-    tl->start_ns = rt_now_ns();
+    tl->f = fopen(path, "w");
+    if (!tl->f) {
+        hvd_err_set(err, HVD_E_IO,
+                    "cannot open the timeline file %s named by HOROVOD_TIMELINE: %s; is the "
+                    "directory there and writable?",
+                    path, strerror(errno));
+        free(tl->path);
+        free(tl);
+        return NULL;
+    }
+    tl->start_ns = hvd_now_ns();
     rt_strmap_init(&tl->tensors);
     tl->next_pid = 1;
     tl->first = true;
@@ -91,7 +104,7 @@ static void emit(rt_timeline *tl, json_t *ev) {
 }
 
 static double now_us(const rt_timeline *tl) {
-    return (double)(rt_now_ns() - tl->start_ns) / 1000.0;
+    return (double)(hvd_now_ns() - tl->start_ns) / 1000.0;
 }
 
 /* A tensor name as a JSON string. JSON text is UTF-8; a name that is not valid UTF-8 is shown
@@ -108,12 +121,17 @@ static json_t *name_value(const char *name) {
     return v;
 }
 
-/* The tensor's row, created (with its name and sort order) on first use. */
+/* The tensor's row, created (with its name and sort order) on first use; NULL when out of
+ * memory. */
 static tl_tensor *tensor(rt_timeline *tl, const char *name) {
     tl_tensor *t = rt_strmap_get(&tl->tensors, name);
     if (t) return t;
-    t = rt_xcalloc(1, sizeof *t);
-    rt_strmap_put(&tl->tensors, name, t);
+    t = calloc(1, sizeof *t);
+    if (!t || rt_strmap_put(&tl->tensors, name, t) != 0) {
+        free(t);
+        lost(tl, "out of memory");
+        return NULL;
+    }
     t->pid = tl->next_pid++;
     emit(tl, json_pack("{s:s, s:s, s:i, s:{s:o}}", "name", "process_name", "ph", "M", "pid", t->pid,
                        "args", "name", name_value(name)));
