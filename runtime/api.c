@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "entry.h"
+#include "fault.h"
 #include "hvd/runtime.h"
 #include "state.h"
 #include "types.h"
@@ -27,7 +28,7 @@ static _Atomic int s_rank_device = -1;
 /* A new entry, or NULL with err on out of memory (nothing has reached other ranks). */
 static rt_entry *new_entry(int optype, hvd_dtype dtype, int device, const char *name,
                            hvd_err *err) {
-    rt_entry *e = rt_entry_new(optype, dtype, device);
+    rt_entry *e = rt_fault_hit(RT_FAULT_SUBMIT) ? NULL : rt_entry_new(optype, dtype, device);
     if (!e)
         hvd_err_set(err, HVD_E_INTERNAL, "%s of '%s': out of memory submitting the tensor",
                     rt_optype_name(optype), name ? name : "(unnamed)");

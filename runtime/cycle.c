@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "fault.h"
 #include "log.h"
 #include "ops_mpi.h"
 #include "state.h"
@@ -274,7 +275,8 @@ static bool drain(rt_cycle *b) {
     /* Room, before anything is agreed, for everything this cycle can hold. */
     size_t room = b->pending.count + n;
     if (n > 0 && !b->broken.code &&
-        (rt_strmap_reserve(&b->pending, room) != 0 || reserve_lists(b, room) != 0))
+        (rt_fault_hit(RT_FAULT_CYCLE) || rt_strmap_reserve(&b->pending, room) != 0 ||
+         reserve_lists(b, room) != 0))
         mark_broken(b, "recording the submitted tensors");
     for (rt_entry *e = q, *next; e; e = next) {
         next = e->next;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "types.h"
 
 /* Whether two allreduces can share one call. */
@@ -102,6 +103,7 @@ void rt_group_list_free(rt_group_list *l) {
 
 int rt_fusion_buffer_reserve(rt_fusion_buffer *fb, size_t n) {
     if (n <= fb->cap && fb->data) return 0;
+    if (rt_fault_hit(RT_FAULT_FUSION)) return -1;
     /* Grow geometrically so a slowly growing working set does not reallocate every cycle. */
     size_t cap = fb->cap ? fb->cap : 1u << 20;
     while (cap < n)

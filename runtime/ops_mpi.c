@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "types.h"
 
 struct rt_mpi_types {
@@ -116,11 +117,11 @@ static int output_fail(hvd_err *err, const char *op, const char *name, int rank)
                        name, rank);
 }
 
-/* Memory for a collective's output: NULL when out of memory; bytes == 0 gives NULL with *ok
- * untouched. */
+/* Memory for a collective's output: NULL when out of memory (or when the test hook says so);
+ * bytes == 0 gives NULL with *ok untouched. */
 static void *alloc_output(size_t bytes, bool *ok) {
     if (bytes == 0) return NULL;
-    void *p = malloc(bytes);
+    void *p = rt_fault_hit(RT_FAULT_OUTPUT) ? NULL : malloc(bytes);
     if (!p) *ok = false;
     return p;
 }
@@ -226,7 +227,8 @@ static int exec_allgather(rt_exec *x, rt_group *g, hvd_err *err) {
     /* The output's row counts; without memory for them this rank still takes part, counting
      * in scratch, and the agreement below fails the tensor on every rank. */
     bool alloc_ok = true;
-    int64_t *rank_rows = calloc((size_t)size, sizeof *rank_rows);
+    int64_t *rank_rows =
+        rt_fault_hit(RT_FAULT_OUTPUT) ? NULL : calloc((size_t)size, sizeof *rank_rows);
     if (!rank_rows) alloc_ok = false;
     int64_t *rows = rank_rows ? rank_rows : x->rows;
     rt_ops_activity(x, g, "MPI_ALLGATHER");
@@ -291,7 +293,8 @@ static int exec_alltoall(rt_exec *x, rt_group *g, hvd_err *err) {
     int size = x->size;
     int64_t row_bytes = e->p.row_elems * (int64_t)rt_dtype_size(e->p.dtype);
     bool alloc_ok = true;
-    int64_t *recv_rows = calloc((size_t)size, sizeof *recv_rows);
+    int64_t *recv_rows =
+        rt_fault_hit(RT_FAULT_OUTPUT) ? NULL : calloc((size_t)size, sizeof *recv_rows);
     if (!recv_rows) alloc_ok = false;
     int64_t *rows = recv_rows ? recv_rows : x->rows;
     rt_ops_activity(x, g, "MPI_ALLTOALL");
