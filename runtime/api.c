@@ -2,12 +2,20 @@
  * wrappers. Everything that can be checked on this rank alone is checked here, before the
  * request reaches other ranks; what needs other ranks (matching shapes) is checked by the
  * coordinator. */
-#include "internal.h"
-
 #include <math.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "entry.h"
+#include "fault.h"
+#include "hvd/runtime.h"
+#include "state.h"
+#include "types.h"
+#ifdef HVD_HAVE_NCCL
+#include "ops_nccl.h"
+#endif
 
 #ifdef HVD_HAVE_NCCL
 /* The CUDA device this rank's device collectives use (the first one it submitted). */
@@ -17,58 +25,57 @@ static _Atomic int s_rank_device = -1;
 /* Longest accepted name (the wire format allows 65535; this keeps logs readable). */
 #define RT_MAX_NAME 4096
 
-static rt_entry *new_entry(int optype, hvd_dtype dtype, int device) {
-    rt_entry *e = rt_xcalloc(1, sizeof *e);
-    e->p.optype = (uint8_t)optype;
-    e->p.dtype = (uint8_t)dtype;
-    e->p.on_device = device >= 0;
-    e->p.row_elems = 1;
-    e->p.prescale = 1.0;
-    e->p.postscale = 1.0;
-    e->device = device;
-    e->cache_slot = -1;
+/* A new entry, or NULL with err on out of memory (nothing has reached other ranks). */
+static rt_entry *new_entry(int optype, hvd_dtype dtype, int device, const char *name,
+                           hvd_err *err) {
+    rt_entry *e = rt_fault_hit(RT_FAULT_SUBMIT) ? NULL : rt_entry_new(optype, dtype, device);
+    if (!e)
+        hvd_err_set(err, HVD_E_INTERNAL, "%s of '%s': out of memory submitting the tensor",
+                    rt_optype_name(optype), name ? name : "(unnamed)");
     return e;
 }
 
 static int check_common(const char *op, const char *name, hvd_dtype dtype, int device,
                         hvd_handle *handle, hvd_err *err) {
-    if (!handle) return rt_err(err, HVD_E_INVALID, "%s: the handle pointer is NULL", op);
+    if (!handle) return hvd_err_set(err, HVD_E_INVALID, "%s: the handle pointer is NULL", op);
     if (name && (!*name || strlen(name) > RT_MAX_NAME))
-        return rt_err(err, HVD_E_INVALID, "%s: a tensor name must have 1 to %d bytes", op,
-                      RT_MAX_NAME);
+        return hvd_err_set(err, HVD_E_INVALID, "%s: a tensor name must have 1 to %d bytes", op,
+                           RT_MAX_NAME);
     if (!rt_dtype_valid((int)dtype))
-        return rt_err(err, HVD_E_INVALID, "%s of '%s': %d is not an hvd_dtype", op,
-                      name ? name : "(unnamed)", (int)dtype);
+        return hvd_err_set(err, HVD_E_INVALID, "%s of '%s': %d is not an hvd_dtype", op,
+                           name ? name : "(unnamed)", (int)dtype);
     if (device < HVD_DEVICE_CPU)
-        return rt_err(err, HVD_E_INVALID,
-                      "%s of '%s': device %d is neither HVD_DEVICE_CPU nor "
-                      "a CUDA ordinal",
-                      op, name ? name : "(unnamed)", device);
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "%s of '%s': device %d is neither HVD_DEVICE_CPU nor "
+                           "a CUDA ordinal",
+                           op, name ? name : "(unnamed)", device);
     if (device >= 0) {
 #ifdef HVD_HAVE_NCCL
         const char *why = rt_cuda_unavailable();
         if (why)
-            return rt_err(err, HVD_E_INVALID, "%s of '%s' on CUDA device %d: %s", op,
-                          name ? name : "(unnamed)", device, why);
+            return hvd_err_set(err, HVD_E_INVALID, "%s of '%s' on CUDA device %d: %s", op,
+                               name ? name : "(unnamed)", device, why);
         int n = rt_cuda_device_count();
         if (device >= n)
-            return rt_err(err, HVD_E_INVALID,
-                          "%s of '%s': CUDA device %d does not exist (this process sees %d)", op,
-                          name ? name : "(unnamed)", device, n);
+            return hvd_err_set(err, HVD_E_INVALID,
+                               "%s of '%s': CUDA device %d does not exist (this process sees %d)",
+                               op, name ? name : "(unnamed)", device, n);
         /* One NCCL communicator per rank, on one device: refuse a second device here, on this
          * rank, rather than fail inside a collective the other ranks have entered. */
         int expected = -1;
         if (!atomic_compare_exchange_strong(&s_rank_device, &expected, device) &&
             expected != device)
-            return rt_err(err, HVD_E_INVALID,
-                          "%s of '%s': this rank already runs device collectives on CUDA device "
-                          "%d; use one device per rank",
-                          op, name ? name : "(unnamed)", expected);
+            return hvd_err_set(
+                err, HVD_E_INVALID,
+                "%s of '%s': this rank already runs device collectives on CUDA device "
+                "%d; use one device per rank",
+                op, name ? name : "(unnamed)", expected);
 #else
-        return rt_err(err, HVD_E_INVALID,
-                      "%s of '%s': device buffers need the NCCL backend, and this build has none "
-                      "(configure with CUDA and NCCL installed)",
-                      op, name ? name : "(unnamed)");
+        return hvd_err_set(
+            err, HVD_E_INVALID,
+            "%s of '%s': device buffers need the NCCL backend, and this build has none "
+            "(configure with CUDA and NCCL installed)",
+            op, name ? name : "(unnamed)");
 #endif
     }
     return 0;
@@ -78,11 +85,11 @@ static int check_common(const char *op, const char *name, hvd_dtype dtype, int d
 static int check_extent(const char *op, const char *name, int64_t rows, int64_t row_elems,
                         hvd_dtype dtype, hvd_err *err) {
     if (rows < 0 || row_elems < 0)
-        return rt_err(err, HVD_E_INVALID, "%s of '%s': negative size (%lld x %lld)", op,
-                      name ? name : "(unnamed)", (long long)rows, (long long)row_elems);
+        return hvd_err_set(err, HVD_E_INVALID, "%s of '%s': negative size (%lld x %lld)", op,
+                           name ? name : "(unnamed)", (long long)rows, (long long)row_elems);
     if (row_elems && rows > INT64_MAX / row_elems / (int64_t)rt_dtype_size(dtype))
-        return rt_err(err, HVD_E_INVALID, "%s of '%s': %lld x %lld elements overflow", op,
-                      name ? name : "(unnamed)", (long long)rows, (long long)row_elems);
+        return hvd_err_set(err, HVD_E_INVALID, "%s of '%s': %lld x %lld elements overflow", op,
+                           name ? name : "(unnamed)", (long long)rows, (long long)row_elems);
     return 0;
 }
 
@@ -98,18 +105,20 @@ int hvd_allreduce_scaled_async(const char *name, const void *sendbuf, void *recv
         return -1;
     const char *n = name ? name : "(unnamed)";
     if (!op_valid(op))
-        return rt_err(err, HVD_E_INVALID, "allreduce of '%s': %d is not an hvd_reduce_op", n,
-                      (int)op);
+        return hvd_err_set(err, HVD_E_INVALID, "allreduce of '%s': %d is not an hvd_reduce_op", n,
+                           (int)op);
     if (count > 0 && (!sendbuf || !recvbuf))
-        return rt_err(err, HVD_E_INVALID, "allreduce of '%s': NULL buffer", n);
+        return hvd_err_set(err, HVD_E_INVALID, "allreduce of '%s': NULL buffer", n);
     if (!isfinite(prescale) || !isfinite(postscale))
-        return rt_err(err, HVD_E_INVALID, "allreduce of '%s': scale factors must be finite", n);
+        return hvd_err_set(err, HVD_E_INVALID, "allreduce of '%s': scale factors must be finite",
+                           n);
     if ((prescale != 1.0 || postscale != 1.0) && op != HVD_OP_SUM && op != HVD_OP_AVERAGE)
-        return rt_err(err, HVD_E_INVALID,
-                      "allreduce of '%s': prescale/postscale apply only to sum and average, "
-                      "not %s",
-                      n, hvd_reduce_op_name(op));
-    rt_entry *e = new_entry(RT_ALLREDUCE, dtype, device);
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "allreduce of '%s': prescale/postscale apply only to sum and average, "
+                           "not %s",
+                           n, hvd_reduce_op_name(op));
+    rt_entry *e = new_entry(RT_ALLREDUCE, dtype, device, name, err);
+    if (!e) return -1;
     e->p.op = (uint8_t)op;
     e->p.count = count;
     e->p.prescale = prescale;
@@ -133,12 +142,13 @@ int hvd_allgather_async(const char *name, const void *sendbuf, int64_t first_dim
         check_extent("allgather", name, first_dim, row_elems, dtype, err))
         return -1;
     const char *n = name ? name : "(unnamed)";
-    if (!out) return rt_err(err, HVD_E_INVALID, "allgather of '%s': NULL output", n);
+    if (!out) return hvd_err_set(err, HVD_E_INVALID, "allgather of '%s': NULL output", n);
     if (first_dim * row_elems > 0 && !sendbuf)
-        return rt_err(err, HVD_E_INVALID, "allgather of '%s': NULL buffer", n);
+        return hvd_err_set(err, HVD_E_INVALID, "allgather of '%s': NULL buffer", n);
     memset(out, 0, sizeof *out);
     out->device = device;
-    rt_entry *e = new_entry(RT_ALLGATHER, dtype, device);
+    rt_entry *e = new_entry(RT_ALLGATHER, dtype, device, name, err);
+    if (!e) return -1;
     e->p.row_elems = row_elems;
     e->rows = first_dim;
     e->in = sendbuf;
@@ -154,10 +164,12 @@ int hvd_broadcast_async(const char *name, void *buf, int64_t count, hvd_dtype dt
     const char *n = name ? name : "(unnamed)";
     int size = rt_current_size();
     if (size > 0 && (root < 0 || root >= size))
-        return rt_err(err, HVD_E_INVALID, "broadcast of '%s': root %d is not a rank (size %d)", n,
-                      root, size);
-    if (count > 0 && !buf) return rt_err(err, HVD_E_INVALID, "broadcast of '%s': NULL buffer", n);
-    rt_entry *e = new_entry(RT_BROADCAST, dtype, device);
+        return hvd_err_set(err, HVD_E_INVALID, "broadcast of '%s': root %d is not a rank (size %d)",
+                           n, root, size);
+    if (count > 0 && !buf)
+        return hvd_err_set(err, HVD_E_INVALID, "broadcast of '%s': NULL buffer", n);
+    rt_entry *e = new_entry(RT_BROADCAST, dtype, device, name, err);
+    if (!e) return -1;
     e->p.count = count;
     e->p.root = root;
     e->in = buf;
@@ -174,44 +186,52 @@ int hvd_alltoall_async(const char *name, const void *sendbuf, int64_t first_dim,
     const char *n = name ? name : "(unnamed)";
     int size = rt_current_size();
     if (size <= 0)
-        return rt_err(err, HVD_E_STATE, "alltoall of '%s': the runtime is not running", n);
-    if (!out) return rt_err(err, HVD_E_INVALID, "alltoall of '%s': NULL output", n);
+        return hvd_err_set(err, HVD_E_STATE, "alltoall of '%s': the runtime is not running", n);
+    if (!out) return hvd_err_set(err, HVD_E_INVALID, "alltoall of '%s': NULL output", n);
     if (first_dim * row_elems > 0 && !sendbuf)
-        return rt_err(err, HVD_E_INVALID, "alltoall of '%s': NULL buffer", n);
-    int64_t *sp = rt_xmalloc((size_t)size * sizeof *sp);
+        return hvd_err_set(err, HVD_E_INVALID, "alltoall of '%s': NULL buffer", n);
+    int64_t *sp = malloc((size_t)size * sizeof *sp);
+    if (!sp)
+        return hvd_err_set(err, HVD_E_INTERNAL, "alltoall of '%s': out of memory for the splits",
+                           n);
     if (splits) {
         int64_t sum = 0;
         for (int r = 0; r < size; r++) {
             if (splits[r] < 0 || splits[r] > first_dim - sum) {
                 free(sp);
-                return rt_err(err, HVD_E_INVALID,
-                              "alltoall of '%s': splits must be >= 0 and sum to the first "
-                              "dimension %lld",
-                              n, (long long)first_dim);
+                return hvd_err_set(err, HVD_E_INVALID,
+                                   "alltoall of '%s': splits must be >= 0 and sum to the first "
+                                   "dimension %lld",
+                                   n, (long long)first_dim);
             }
             sum += splits[r];
             sp[r] = splits[r];
         }
         if (sum != first_dim) {
             free(sp);
-            return rt_err(err, HVD_E_INVALID,
-                          "alltoall of '%s': splits sum to %lld, not the first dimension %lld", n,
-                          (long long)sum, (long long)first_dim);
+            return hvd_err_set(err, HVD_E_INVALID,
+                               "alltoall of '%s': splits sum to %lld, not the first dimension %lld",
+                               n, (long long)sum, (long long)first_dim);
         }
     } else {
         if (first_dim % size != 0) {
             free(sp);
-            return rt_err(err, HVD_E_INVALID,
-                          "alltoall of '%s': first dimension %lld does not divide by %d ranks; "
-                          "pass splits",
-                          n, (long long)first_dim, size);
+            return hvd_err_set(
+                err, HVD_E_INVALID,
+                "alltoall of '%s': first dimension %lld does not divide by %d ranks; "
+                "pass splits",
+                n, (long long)first_dim, size);
         }
         for (int r = 0; r < size; r++)
             sp[r] = first_dim / size;
     }
     memset(out, 0, sizeof *out);
     out->device = device;
-    rt_entry *e = new_entry(RT_ALLTOALL, dtype, device);
+    rt_entry *e = new_entry(RT_ALLTOALL, dtype, device, name, err);
+    if (!e) {
+        free(sp);
+        return -1;
+    }
     e->p.row_elems = row_elems;
     e->rows = first_dim;
     e->splits = sp;
@@ -233,14 +253,16 @@ int hvd_reducescatter_async(const char *name, const void *sendbuf, void *recvbuf
         return -1;
     const char *n = name ? name : "(unnamed)";
     if (!op_valid(op))
-        return rt_err(err, HVD_E_INVALID, "reducescatter of '%s': %d is not an hvd_reduce_op", n,
-                      (int)op);
+        return hvd_err_set(err, HVD_E_INVALID, "reducescatter of '%s': %d is not an hvd_reduce_op",
+                           n, (int)op);
     if (first_dim * row_elems > 0 && !sendbuf)
-        return rt_err(err, HVD_E_INVALID, "reducescatter of '%s': NULL send buffer", n);
+        return hvd_err_set(err, HVD_E_INVALID, "reducescatter of '%s': NULL send buffer", n);
     if (sendbuf && sendbuf == recvbuf)
-        return rt_err(err, HVD_E_INVALID,
-                      "reducescatter of '%s': the receive buffer must not be the send buffer", n);
-    rt_entry *e = new_entry(RT_REDUCESCATTER, dtype, device);
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "reducescatter of '%s': the receive buffer must not be the send buffer",
+                           n);
+    rt_entry *e = new_entry(RT_REDUCESCATTER, dtype, device, name, err);
+    if (!e) return -1;
     e->p.op = (uint8_t)op;
     e->p.count = first_dim * row_elems;
     e->p.row_elems = row_elems;
@@ -251,8 +273,9 @@ int hvd_reducescatter_async(const char *name, const void *sendbuf, void *recvbuf
 }
 
 int hvd_barrier_async(hvd_handle *handle, hvd_err *err) {
-    if (!handle) return rt_err(err, HVD_E_INVALID, "barrier: the handle pointer is NULL");
-    rt_entry *e = new_entry(RT_BARRIER, HVD_UINT8, HVD_DEVICE_CPU);
+    if (!handle) return hvd_err_set(err, HVD_E_INVALID, "barrier: the handle pointer is NULL");
+    rt_entry *e = new_entry(RT_BARRIER, HVD_UINT8, HVD_DEVICE_CPU, NULL, err);
+    if (!e) return -1;
     return rt_submit(e, NULL, handle, err);
 }
 
@@ -304,6 +327,14 @@ int hvd_barrier(hvd_err *err) {
     hvd_handle h;
     if (hvd_barrier_async(&h, err)) return -1;
     return hvd_wait(h, err);
+}
+
+int hvd_nccl_built(void) {
+#ifdef HVD_HAVE_NCCL
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 void hvd_output_free(hvd_output *out) {

@@ -1,28 +1,49 @@
-/* Negotiation: which named tensors are ready on every rank, in one order for all ranks.
+/* Negotiation (controller.h): which named tensors are ready on every rank, in one order for
+ * all ranks.
  *
  * Each cycle starts with one allreduce(BAND) of a small bit vector: flags (shutdown, "I have
- * requests the coordinator has not seen"), the response-cache slots each rank has pending,
- * and slots to invalidate. When no rank has new requests, that is all: slots pending on every
- * rank run straight from the cache. Otherwise every rank sends its new requests to the
- * coordinator (rank 0) with a gather; the coordinator keeps a table of names seen so far,
+ * requests the coordinator has not seen", ...), the response-cache slots each rank has
+ * pending, and slots to invalidate. When no rank has new requests, that is all: slots pending
+ * on every rank run straight from the cache. Otherwise every rank sends its new requests to
+ * the coordinator (rank 0) with a gather; the coordinator keeps a table of names seen so far,
  * declares a name ready when the last rank's request arrives, checks that all ranks asked for
  * the same thing, and broadcasts the list of responses (ready names in the order they became
  * ready, and errors) to every rank. See docs/runtime.md, "Negotiation". */
-#include "internal.h"
+#include "controller.h"
 
+#include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-void rt_controller_init(rt_controller *c, MPI_Comm comm, int rank, int size, rt_timeline *tl) {
+#include "common/clock.h"
+#include "hvd/runtime.h"
+#include "log.h"
+#include "message.h"
+
+/* Request-message lengths a rank sends instead of a message it cannot send. */
+#define LEN_TOO_BIG (-1) /* over what MPI can gather */
+#define LEN_NOMEM   (-2) /* out of memory building it */
+
+int rt_controller_init(rt_controller *c, MPI_Comm comm, int rank, int size, size_t words,
+                       rt_timeline *tl, hvd_err *err) {
     memset(c, 0, sizeof *c);
     c->comm = comm;
     c->rank = rank;
     c->size = size;
     c->tl = tl;
+    c->words = words;
     rt_strmap_init(&c->table);
+    c->bits = calloc(2 * (1 + 3 * words), sizeof *c->bits);
+    c->lens = calloc((size_t)size, sizeof *c->lens);
+    c->displs = calloc((size_t)size, sizeof *c->displs);
+    c->ranks = calloc((size_t)size, sizeof *c->ranks);
+    if (!c->bits || !c->lens || !c->displs || !c->ranks)
+        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory for the negotiation buffers");
+    return 0;
 }
 
 static void table_entry_free(rt_table_entry *e) {
@@ -40,20 +61,24 @@ void rt_controller_free(rt_controller *c) {
     rt_strmap_free(&c->table);
     rt_responses_free(&c->backlog);
     free(c->bits);
-    rt_buf_free(&c->sendbuf);
+    free(c->lens);
+    free(c->displs);
+    free(c->ranks);
+    hvd_buf_free(&c->sendbuf);
     free(c->recvbuf);
+    memset(c, 0, sizeof *c);
 }
 
 bool rt_controller_has_backlog(const rt_controller *c) {
     return c->backlog.n > 0;
 }
 
-int rt_mpi_wait(MPI_Request *req) {
-    /* Non-blocking collectives only progress inside MPI calls, so a rank that sleeps delays
-     * every other rank's negotiation by its nap. But oversubscribed jobs (more ranks than
-     * cores) suffer when a waiting rank spins. So: test in a tight loop for a while, then
-     * test and yield the core (cheap when nobody else wants it), and only then sleep, in
-     * naps of at most 50 us. */
+/* Waits for an MPI request without hogging the core. Non-blocking collectives only progress
+ * inside MPI calls, so a rank that sleeps delays every other rank's negotiation by its nap.
+ * But oversubscribed jobs (more ranks than cores) suffer when a waiting rank spins. So: test
+ * in a tight loop for a while, then test and yield the core (cheap when nobody else wants
+ * it), and only then sleep, in naps of at most 50 us. */
+static int mpi_wait(MPI_Request *req) {
     long nap_ns = 5000;
     for (int i = 0;; i++) {
         int done = 0;
@@ -72,12 +97,8 @@ int rt_mpi_wait(MPI_Request *req) {
 }
 
 int rt_controller_sync_bits(rt_controller *c, uint32_t flags, const uint64_t *hit,
-                            const uint64_t *bad, size_t words, rt_bits_result *out, hvd_err *err) {
-    size_t n = 1 + 3 * words;
-    if (c->nbits_words < n) {
-        c->bits = rt_xrealloc(c->bits, 2 * n * sizeof *c->bits);
-        c->nbits_words = n;
-    }
+                            const uint64_t *bad, rt_bits_result *out, hvd_err *err) {
+    size_t words = c->words, n = 1 + 3 * words;
     uint64_t *in = c->bits, *res = c->bits + n;
     /* AND of complements is the complement of OR: one BAND gives both AND and OR. */
     in[0] = ~(uint64_t)flags;
@@ -88,9 +109,10 @@ int rt_controller_sync_bits(rt_controller *c, uint32_t flags, const uint64_t *hi
     }
     MPI_Request req;
     int rc = MPI_Iallreduce(in, res, (int)n, MPI_UINT64_T, MPI_BAND, c->comm, &req);
-    if (rc == MPI_SUCCESS) rc = rt_mpi_wait(&req);
+    if (rc == MPI_SUCCESS) rc = mpi_wait(&req);
     if (rc != MPI_SUCCESS)
-        return rt_err(err, HVD_E_INTERNAL, "the negotiation allreduce failed (MPI error %d)", rc);
+        return hvd_err_set(err, HVD_E_INTERNAL, "the negotiation allreduce failed (MPI error %d)",
+                           rc);
     out->flags_or = (uint32_t)~res[0];
     for (size_t i = 0; i < words; i++) {
         res[1 + words + i] = ~res[1 + words + i];
@@ -103,37 +125,56 @@ int rt_controller_sync_bits(rt_controller *c, uint32_t flags, const uint64_t *hi
     return 0;
 }
 
+int rt_controller_share_failure(rt_controller *c, const hvd_err *mine, hvd_err *out) {
+    int me = mine->code ? c->rank : INT_MAX, first = INT_MAX;
+    char msg[HVD_ERR_MAX];
+    MPI_Request req;
+    int rc = MPI_Iallreduce(&me, &first, 1, MPI_INT, MPI_MIN, c->comm, &req);
+    if (rc == MPI_SUCCESS) rc = mpi_wait(&req);
+    if (rc == MPI_SUCCESS && first != INT_MAX) {
+        snprintf(msg, sizeof msg, "%s", mine->msg);
+        rc = MPI_Ibcast(msg, (int)sizeof msg, MPI_CHAR, first, c->comm, &req);
+        if (rc == MPI_SUCCESS) rc = mpi_wait(&req);
+    }
+    if (rc != MPI_SUCCESS)
+        return hvd_err_set(out, HVD_E_INTERNAL,
+                           "agreeing on a rank's failure failed (MPI error %d)", rc);
+    if (first == INT_MAX)
+        return hvd_err_set(out, HVD_E_INTERNAL,
+                           "internal error: a rank flagged a failure it "
+                           "does not report");
+    msg[sizeof msg - 1] = '\0';
+    hvd_err_set(out, HVD_E_INTERNAL, "%s", msg);
+    return 0;
+}
+
 /* ---- messages naming ranks --------------------------------------------------------- */
 
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-} strbuf;
+/* A sentence being built, cut at HVD_ERR_MAX like every error text a caller sees (hvd_err),
+ * so that building one needs no memory. */
+typedef struct msgbuf {
+    char s[HVD_ERR_MAX];
+    size_t len;
+} msgbuf;
 
-static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(strbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->len;
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, room, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if ((size_t)n < room) {
-            b->len += (size_t)n;
-            return;
-        }
-        b->cap = (b->len + (size_t)n + 1) * 2;
-        b->s = rt_xrealloc(b->s, b->cap);
-    }
+static void mb_printf(msgbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mb_printf(msgbuf *b, const char *fmt, ...) {
+    if (b->len >= sizeof b->s - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->s + b->len, sizeof b->s - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    b->len += (size_t)n;
+    if (b->len > sizeof b->s - 1) b->len = sizeof b->s - 1;
 }
 
 /* Appends "rank 3" or "ranks 0-2,5" for the ranks r with sel[r] == want. */
-static void sb_ranks(strbuf *b, const int *sel, int want, int size) {
+static void mb_ranks(msgbuf *b, const int *sel, int want, int size) {
     int count = 0;
     for (int r = 0; r < size; r++)
         count += sel[r] == want;
-    sb_printf(b, "%s ", count == 1 ? "rank" : "ranks");
+    mb_printf(b, "%s ", count == 1 ? "rank" : "ranks");
     bool first = true;
     for (int r = 0; r < size;) {
         if (sel[r] != want) {
@@ -143,39 +184,39 @@ static void sb_ranks(strbuf *b, const int *sel, int want, int size) {
         int end = r;
         while (end + 1 < size && sel[end + 1] == want)
             end++;
-        sb_printf(b, "%s%d", first ? "" : ",", r);
-        if (end > r) sb_printf(b, "%s%d", end == r + 1 ? "," : "-", end);
+        mb_printf(b, "%s%d", first ? "" : ",", r);
+        if (end > r) mb_printf(b, "%s%d", end == r + 1 ? "," : "-", end);
         first = false;
         r = end + 1;
     }
 }
 
 /* Describes one parameter for mismatch messages. */
-typedef void (*describe_fn)(strbuf *b, const rt_params *p);
+typedef void (*describe_fn)(msgbuf *b, const rt_params *p);
 
-static void d_optype(strbuf *b, const rt_params *p) {
-    sb_printf(b, "%s", rt_optype_name(p->optype));
+static void d_optype(msgbuf *b, const rt_params *p) {
+    mb_printf(b, "%s", rt_optype_name(p->optype));
 }
-static void d_device(strbuf *b, const rt_params *p) {
-    sb_printf(b, "%s", p->on_device ? "CUDA device memory" : "host memory");
+static void d_device(msgbuf *b, const rt_params *p) {
+    mb_printf(b, "%s", p->on_device ? "CUDA device memory" : "host memory");
 }
-static void d_dtype(strbuf *b, const rt_params *p) {
-    sb_printf(b, "%s", hvd_dtype_name((hvd_dtype)p->dtype));
+static void d_dtype(msgbuf *b, const rt_params *p) {
+    mb_printf(b, "%s", hvd_dtype_name((hvd_dtype)p->dtype));
 }
-static void d_count(strbuf *b, const rt_params *p) {
-    sb_printf(b, "%lld elements", (long long)p->count);
+static void d_count(msgbuf *b, const rt_params *p) {
+    mb_printf(b, "%lld elements", (long long)p->count);
 }
-static void d_row(strbuf *b, const rt_params *p) {
-    sb_printf(b, "%lld elements per row", (long long)p->row_elems);
+static void d_row(msgbuf *b, const rt_params *p) {
+    mb_printf(b, "%lld elements per row", (long long)p->row_elems);
 }
-static void d_op(strbuf *b, const rt_params *p) {
-    sb_printf(b, "%s", hvd_reduce_op_name((hvd_reduce_op)p->op));
+static void d_op(msgbuf *b, const rt_params *p) {
+    mb_printf(b, "%s", hvd_reduce_op_name((hvd_reduce_op)p->op));
 }
-static void d_root(strbuf *b, const rt_params *p) {
-    sb_printf(b, "root %d", p->root);
+static void d_root(msgbuf *b, const rt_params *p) {
+    mb_printf(b, "root %d", p->root);
 }
-static void d_scale(strbuf *b, const rt_params *p) {
-    sb_printf(b, "prescale %g and postscale %g", p->prescale, p->postscale);
+static void d_scale(msgbuf *b, const rt_params *p) {
+    mb_printf(b, "prescale %g and postscale %g", p->prescale, p->postscale);
 }
 
 static bool same_optype(const rt_params *a, const rt_params *b) {
@@ -218,16 +259,17 @@ static const struct {
     {"scaling factors", same_scale, d_scale},
 };
 
-/* Returns NULL if every rank asked for the same thing, else a malloc'd sentence naming the
- * tensor, the first parameter that differs, and which ranks asked for which value. */
-static char *check_agreement(const rt_table_entry *e, int size) {
+/* Returns false if every rank asked for the same thing, else true with a sentence in b naming
+ * the tensor, the first parameter that differs, and which ranks asked for which value. */
+static bool check_agreement(rt_controller *c, const rt_table_entry *e, msgbuf *b) {
+    int size = c->size;
     for (size_t k = 0; k < sizeof checks / sizeof checks[0]; k++) {
         bool differ = false;
         for (int r = 1; r < size && !differ; r++)
             differ = !checks[k].same(&e->params[0], &e->params[r]);
         if (!differ) continue;
         /* Group ranks by value: group[r] = first rank with the same value. */
-        int *group = rt_xmalloc((size_t)size * sizeof *group);
+        int *group = c->ranks;
         for (int r = 0; r < size; r++) {
             group[r] = r;
             for (int q = 0; q < r; q++)
@@ -236,57 +278,53 @@ static char *check_agreement(const rt_table_entry *e, int size) {
                     break;
                 }
         }
-        strbuf b = {0};
-        sb_printf(&b, "tensor '%s' was submitted with mismatched %s across ranks: ", e->name,
+        mb_printf(b, "tensor '%s' was submitted with mismatched %s across ranks: ", e->name,
                   checks[k].what);
         bool first = true;
         for (int r = 0; r < size; r++) {
             if (group[r] != r) continue;
-            sb_printf(&b, "%s", first ? "" : "; ");
-            checks[k].describe(&b, &e->params[r]);
-            sb_printf(&b, " on ");
-            sb_ranks(&b, group, r, size);
+            mb_printf(b, "%s", first ? "" : "; ");
+            checks[k].describe(b, &e->params[r]);
+            mb_printf(b, " on ");
+            mb_ranks(b, group, r, size);
             first = false;
         }
-        sb_printf(&b, ". Every rank must submit a name with the same parameters");
-        free(group);
-        return b.s;
+        mb_printf(b, ". Every rank must submit a name with the same parameters");
+        return true;
     }
-    return NULL;
+    return false;
+}
+
+/* c->ranks[r] = whether rank r submitted e. */
+static const int *presence(rt_controller *c, const rt_table_entry *e) {
+    for (int r = 0; r < c->size; r++)
+        c->ranks[r] = e->present[r];
+    return c->ranks;
 }
 
 /* Error for a name still pending when some rank shut down. */
-static char *shutdown_message(const rt_table_entry *e, const int *shut, int size) {
-    strbuf b = {0};
-    sb_printf(&b, "the runtime was shut down (hvd_shutdown on ");
-    sb_ranks(&b, shut, 1, size);
-    sb_printf(&b, ") while tensor '%s' was pending: submitted by ", e->name);
-    int *pres = rt_xmalloc((size_t)size * sizeof *pres);
-    for (int r = 0; r < size; r++)
-        pres[r] = e->present[r];
-    sb_ranks(&b, pres, 1, size);
-    if (e->nranks < size) {
-        sb_printf(&b, ", never submitted by ");
-        sb_ranks(&b, pres, 0, size);
+static void shutdown_message(rt_controller *c, const rt_table_entry *e, const int *shut,
+                             msgbuf *b) {
+    mb_printf(b, "the runtime was shut down (hvd_shutdown on ");
+    mb_ranks(b, shut, 1, c->size);
+    mb_printf(b, ") while tensor '%s' was pending: submitted by ", e->name);
+    const int *pres = presence(c, e);
+    mb_ranks(b, pres, 1, c->size);
+    if (e->nranks < c->size) {
+        mb_printf(b, ", never submitted by ");
+        mb_ranks(b, pres, 0, c->size);
     }
-    free(pres);
-    return b.s;
 }
 
-static char *stall_message(const rt_table_entry *e, int size, double seconds) {
-    strbuf b = {0};
-    int *pres = rt_xmalloc((size_t)size * sizeof *pres);
-    for (int r = 0; r < size; r++)
-        pres[r] = e->present[r];
-    sb_printf(&b,
+static void stall_message(rt_controller *c, const rt_table_entry *e, double seconds, msgbuf *b) {
+    const int *pres = presence(c, e);
+    mb_printf(b,
               "tensor '%s' waited more than %.0f s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): "
               "submitted by ",
               e->name, seconds);
-    sb_ranks(&b, pres, 1, size);
-    sb_printf(&b, ", never submitted by ");
-    sb_ranks(&b, pres, 0, size);
-    free(pres);
-    return b.s;
+    mb_ranks(b, pres, 1, c->size);
+    mb_printf(b, ", never submitted by ");
+    mb_ranks(b, pres, 0, c->size);
 }
 
 void rt_controller_tick(rt_controller *c, int64_t now) {
@@ -296,11 +334,12 @@ void rt_controller_tick(rt_controller *c, int64_t now) {
     rt_stall_check(&c->stall, &c->table, c->size, now, &expired, &nexpired);
     for (size_t i = 0; i < nexpired; i++) {
         rt_table_entry *e = expired[i];
-        char *msg = stall_message(e, c->size, (double)c->stall.shutdown_ns / 1e9);
-        rt_responses_push(&c->backlog, e->name, NULL, msg, HVD_E_TIMEOUT);
+        msgbuf msg = {.len = 0};
+        stall_message(c, e, (double)c->stall.shutdown_ns / 1e9, &msg);
+        /* Out of memory: the name stays in the table and expires at a later check. */
+        if (rt_responses_push(&c->backlog, e->name, NULL, msg.s, HVD_E_TIMEOUT) != 0) continue;
         rt_timeline_negotiate_end(c->tl, e->name);
         rt_timeline_mark(c->tl, e->name, "STALL_SHUTDOWN");
-        free(msg);
         rt_strmap_del(&c->table, e->name);
         table_entry_free(e);
     }
@@ -309,179 +348,277 @@ void rt_controller_tick(rt_controller *c, int64_t now) {
 
 /* ---- the coordinator ------------------------------------------------------------------ */
 
-/* Records rank r's requests; appends names that became ready to *ready. */
-static void coordinator_add(rt_controller *c, int r, const rt_request *reqs, size_t n,
-                            rt_table_entry ***ready, size_t *nready, size_t *capready) {
-    int64_t now = rt_now_ns();
+/* Names that became ready during one decision, in order. */
+typedef struct ready_list {
+    rt_table_entry **v;
+    size_t n, cap;
+} ready_list;
+
+/* The table entry of name, created for its first request; NULL on out of memory. */
+static rt_table_entry *table_entry(rt_controller *c, const rt_request *req, int64_t now) {
+    rt_table_entry *e = rt_strmap_get(&c->table, req->name);
+    if (e) return e;
+    e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->name = strdup(req->name);
+    e->params = calloc((size_t)c->size, sizeof *e->params);
+    e->present = calloc((size_t)c->size, 1);
+    if (!e->name || !e->params || !e->present || rt_strmap_put(&c->table, e->name, e) != 0) {
+        table_entry_free(e);
+        return NULL;
+    }
+    e->first_ns = now;
+    rt_timeline_negotiate_start(c->tl, e->name, req->p.optype);
+    return e;
+}
+
+/* Records rank r's requests; appends names that became ready to *ready. Returns 0, or -1 on
+ * out of memory. */
+static int coordinator_add(rt_controller *c, int r, const rt_request *reqs, size_t n,
+                           ready_list *ready) {
+    int64_t now = hvd_now_ns();
     for (size_t i = 0; i < n; i++) {
-        rt_table_entry *e = rt_strmap_get(&c->table, reqs[i].name);
-        if (!e) {
-            e = rt_xcalloc(1, sizeof *e);
-            e->name = rt_xstrdup(reqs[i].name);
-            e->params = rt_xcalloc((size_t)c->size, sizeof *e->params);
-            e->present = rt_xcalloc((size_t)c->size, 1);
-            e->first_ns = now;
-            rt_strmap_put(&c->table, e->name, e);
-            rt_timeline_negotiate_start(c->tl, e->name, reqs[i].p.optype);
-        }
+        rt_table_entry *e = table_entry(c, &reqs[i], now);
+        if (!e) return -1;
         if (e->present[r]) continue; /* a re-send at shutdown */
+        if (e->nranks + 1 == c->size && ready->n == ready->cap) {
+            size_t cap = ready->cap ? ready->cap * 2 : 64;
+            rt_table_entry **v = realloc(ready->v, cap * sizeof *v);
+            if (!v) return -1;
+            ready->v = v;
+            ready->cap = cap;
+        }
         e->present[r] = 1;
         e->params[r] = reqs[i].p;
         e->nranks++;
         rt_timeline_negotiate_rank(c->tl, e->name, r);
-        if (e->nranks == c->size) {
-            if (*nready == *capready) {
-                *capready = *capready ? *capready * 2 : 64;
-                *ready = rt_xrealloc(*ready, *capready * sizeof **ready);
-            }
-            (*ready)[(*nready)++] = e;
-        }
+        if (e->nranks == c->size) ready->v[ready->n++] = e;
     }
+    return 0;
 }
 
-/* Builds the response list from the gathered messages (rank 0 only). */
-static int coordinator_decide(rt_controller *c, const uint8_t *all, const int *lens,
-                              const int *displs, rt_response_list *out, hvd_err *err) {
-    int *shut = rt_xcalloc((size_t)c->size, sizeof *shut);
-    bool any_shut = false;
-    rt_table_entry **ready = NULL;
-    size_t nready = 0, capready = 0;
-    int ret = 0;
-    for (int r = 0; r < c->size && ret == 0; r++) {
+/* Decodes every rank's message into the table. Sets shut[r] for ranks shutting down. Returns
+ * 0, or -1 with err. */
+static int coordinator_collect(rt_controller *c, const uint8_t *all, int *shut, ready_list *ready,
+                               hvd_err *err) {
+    for (int r = 0; r < c->size; r++) {
         uint32_t flags;
         rt_request *reqs;
         size_t n;
-        if (rt_decode_requests(all + displs[r], (size_t)lens[r], &flags, &reqs, &n, err) != 0) {
-            ret = rt_err(err, HVD_E_PROTOCOL, "negotiation message from rank %d is malformed", r);
-            break;
+        hvd_err derr = {0};
+        if (rt_decode_requests(all + c->displs[r], (size_t)c->lens[r], &flags, &reqs, &n, &derr) !=
+            0) {
+            if (derr.code == HVD_E_PROTOCOL)
+                return hvd_err_set(err, HVD_E_PROTOCOL,
+                                   "negotiation message from rank %d is malformed", r);
+            return hvd_err_set(err, HVD_E_INTERNAL,
+                               "the coordinator (rank 0) ran out of memory reading rank %d's "
+                               "negotiation message",
+                               r);
         }
-        if (flags & RT_FLAG_SHUTDOWN) {
-            shut[r] = 1;
-            any_shut = true;
-        }
-        coordinator_add(c, r, reqs, n, &ready, &nready, &capready);
+        shut[r] = (flags & RT_FLAG_SHUTDOWN) != 0;
+        int rc = coordinator_add(c, r, reqs, n, ready);
         free(reqs);
+        if (rc != 0)
+            return hvd_err_set(err, HVD_E_INTERNAL,
+                               "the coordinator (rank 0) ran out of memory matching requests");
     }
-    if (ret == 0) {
-        /* Stall errors decided in earlier ticks go first. */
-        for (size_t i = 0; i < c->backlog.n; i++)
-            rt_responses_push(out, c->backlog.v[i].name, NULL, c->backlog.v[i].error,
-                              c->backlog.v[i].code);
-        rt_responses_clear(&c->backlog);
-        for (size_t i = 0; i < nready; i++) {
-            rt_table_entry *e = ready[i];
-            char *mismatch = check_agreement(e, c->size);
+    return 0;
+}
+
+/* Builds the response list from the gathered messages (rank 0 only). Returns 0, or -1 with
+ * err (every rank then fails the cycle with it). */
+static int coordinator_decide(rt_controller *c, const uint8_t *all, rt_response_list *out,
+                              hvd_err *err) {
+    int *shut = calloc((size_t)c->size, sizeof *shut);
+    ready_list ready = {0};
+    if (!shut || coordinator_collect(c, all, shut, &ready, err) != 0) {
+        if (!shut) hvd_err_set(err, HVD_E_INTERNAL, "the coordinator (rank 0) ran out of memory");
+        free(shut);
+        free(ready.v);
+        return -1;
+    }
+    int ret = 0;
+    /* Stall errors decided in earlier ticks go first. */
+    for (size_t i = 0; i < c->backlog.n && ret == 0; i++)
+        ret = rt_responses_push(out, c->backlog.v[i].name, NULL, c->backlog.v[i].error,
+                                c->backlog.v[i].code);
+    rt_responses_clear(&c->backlog);
+    for (size_t i = 0; i < ready.n && ret == 0; i++) {
+        rt_table_entry *e = ready.v[i];
+        msgbuf mismatch = {.len = 0};
+        bool bad = check_agreement(c, e, &mismatch);
+        rt_timeline_negotiate_end(c->tl, e->name);
+        if (bad) rt_timeline_mark(c->tl, e->name, "MISMATCH");
+        ret =
+            rt_responses_push(out, e->name, &e->params[0], bad ? mismatch.s : NULL, HVD_E_INVALID);
+        rt_strmap_del(&c->table, e->name);
+        table_entry_free(e);
+    }
+    bool any_shut = false;
+    for (int r = 0; r < c->size; r++)
+        any_shut |= shut[r] != 0;
+    if (any_shut && ret == 0) {
+        size_t pos = 0;
+        void *v;
+        while (rt_strmap_next(&c->table, &pos, NULL, &v) >= 0 && ret == 0) {
+            rt_table_entry *e = v;
+            msgbuf msg = {.len = 0};
+            shutdown_message(c, e, shut, &msg);
             rt_timeline_negotiate_end(c->tl, e->name);
-            if (mismatch) rt_timeline_mark(c->tl, e->name, "MISMATCH");
-            rt_responses_push(out, e->name, &e->params[0], mismatch, HVD_E_INVALID);
-            free(mismatch);
-            rt_strmap_del(&c->table, e->name);
-            table_entry_free(e);
+            ret = rt_responses_push(out, e->name, NULL, msg.s, HVD_E_SHUTDOWN);
         }
-        if (any_shut) {
-            size_t pos = 0;
-            void *v;
-            while (rt_strmap_next(&c->table, &pos, NULL, &v) >= 0) {
-                rt_table_entry *e = v;
-                char *msg = shutdown_message(e, shut, c->size);
-                rt_timeline_negotiate_end(c->tl, e->name);
-                rt_responses_push(out, e->name, NULL, msg, HVD_E_SHUTDOWN);
-                free(msg);
-                table_entry_free(e);
-            }
-            rt_strmap_free(&c->table);
+        /* Everything is failed on every rank after a shutdown, pushed or not. */
+        pos = 0;
+        while (rt_strmap_next(&c->table, &pos, NULL, &v) >= 0)
+            table_entry_free(v);
+        rt_strmap_free(&c->table);
+    }
+    free(ready.v);
+    free(shut);
+    if (ret != 0)
+        return hvd_err_set(err, HVD_E_INTERNAL,
+                           "the coordinator (rank 0) ran out of memory listing the responses");
+    return 0;
+}
+
+/* ---- one full negotiation ------------------------------------------------------------- */
+
+/* This rank's request message: its length, or LEN_TOO_BIG / LEN_NOMEM. */
+static int encode_mine(rt_controller *c, uint32_t my_flags, const rt_request *reqs, size_t n) {
+    if (rt_encode_requests(&c->sendbuf, my_flags, reqs, n) != 0) return LEN_NOMEM;
+    /* Keep the gathered total inside int. */
+    if (c->sendbuf.len > (size_t)(INT32_MAX / c->size)) return LEN_TOO_BIG;
+    return (int)c->sendbuf.len;
+}
+
+/* Rank 0, after the lengths are gathered: displacements, the first rank that could not send
+ * its message (a sentence in why), and room for them all. Returns 0, or -1 when the room
+ * cannot be had. */
+static int coordinator_prepare(rt_controller *c, hvd_err *why) {
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (c->lens[r] < 0 && why->code == 0) {
+            if (c->lens[r] == LEN_NOMEM)
+                hvd_err_set(why, HVD_E_INTERNAL,
+                            "rank %d ran out of memory building its negotiation message", r);
+            else
+                hvd_err_set(why, HVD_E_PROTOCOL,
+                            "rank %d's negotiation message exceeds the 2 GiB that MPI can "
+                            "gather; submit fewer tensors per step",
+                            r);
+        }
+        if (c->lens[r] < 0) c->lens[r] = 0;
+        c->displs[r] = (int)total;
+        total += (size_t)c->lens[r];
+    }
+    if (total > c->recvcap || !c->recvbuf) {
+        uint8_t *p = realloc(c->recvbuf, total ? total : 1);
+        if (!p) return -1;
+        c->recvbuf = p;
+        c->recvcap = total;
+    }
+    return 0;
+}
+
+/* Every rank: gathers the request messages at rank 0. Returns an MPI error code, or -1 when
+ * rank 0 could not make room for them (it alone leaves the negotiation). */
+static int gather_requests(rt_controller *c, int mylen, hvd_err *why) {
+    MPI_Request req;
+    int rc = MPI_Igather(&mylen, 1, MPI_INT, c->lens, 1, MPI_INT, 0, c->comm, &req);
+    if (rc == MPI_SUCCESS) rc = mpi_wait(&req);
+    if (rc != MPI_SUCCESS) return rc;
+    if (c->rank == 0 && coordinator_prepare(c, why) != 0) return -1;
+    rc = MPI_Igatherv(c->sendbuf.data, mylen < 0 ? 0 : mylen, MPI_BYTE, c->recvbuf, c->lens,
+                      c->displs, MPI_BYTE, 0, c->comm, &req);
+    if (rc == MPI_SUCCESS) rc = mpi_wait(&req);
+    return rc;
+}
+
+/* Every rank: broadcasts rank 0's encoded responses, or its failure. On rank 0, resp holds
+ * them and why is the failure (code 0 if none). On the other ranks the responses are decoded
+ * into out. Returns RT_NEG_*. */
+static int broadcast_responses(rt_controller *c, hvd_buf *resp, const hvd_err *why,
+                               rt_response_list *out, hvd_err *err) {
+    /* A failure travels as -code, then its sentence, so every rank fails with the same one. */
+    int64_t resp_len = why->code ? -(int64_t)why->code : (int64_t)resp->len;
+    MPI_Request req;
+    int rc = MPI_Ibcast(&resp_len, 1, MPI_INT64_T, 0, c->comm, &req);
+    if (rc == MPI_SUCCESS) rc = mpi_wait(&req);
+    if (rc == MPI_SUCCESS && resp_len < 0) {
+        char msg[HVD_ERR_MAX];
+        snprintf(msg, sizeof msg, "%s", why->msg);
+        rc = MPI_Ibcast(msg, (int)sizeof msg, MPI_CHAR, 0, c->comm, &req);
+        if (rc == MPI_SUCCESS) rc = mpi_wait(&req);
+        if (rc == MPI_SUCCESS) {
+            msg[sizeof msg - 1] = '\0';
+            hvd_err_set(err, (int)-resp_len, "negotiation failed: %s", msg);
+            return RT_NEG_FAILED;
         }
     }
-    free(ready);
-    free(shut);
+    if (rc != MPI_SUCCESS) {
+        hvd_err_set(err, HVD_E_INTERNAL, "broadcasting negotiation responses failed (MPI error %d)",
+                    rc);
+        return RT_NEG_FAILED;
+    }
+    if (resp_len == 0) return RT_NEG_OK;
+    uint8_t *data = c->rank == 0 ? resp->data : malloc((size_t)resp_len);
+    if (!data) {
+        hvd_err_set(err, HVD_E_INTERNAL,
+                    "out of memory receiving the coordinator's %lld-byte response list",
+                    (long long)resp_len);
+        return RT_NEG_ALONE;
+    }
+    for (int64_t off = 0; off < resp_len && rc == MPI_SUCCESS; off += INT32_MAX / 2) {
+        int chunk = (int)(resp_len - off < INT32_MAX / 2 ? resp_len - off : INT32_MAX / 2);
+        rc = MPI_Ibcast(data + off, chunk, MPI_BYTE, 0, c->comm, &req);
+        if (rc == MPI_SUCCESS) rc = mpi_wait(&req);
+    }
+    int ret = RT_NEG_OK;
+    if (rc != MPI_SUCCESS) {
+        hvd_err_set(err, HVD_E_INTERNAL, "broadcasting negotiation responses failed (MPI error %d)",
+                    rc);
+        ret = RT_NEG_FAILED;
+    } else if (c->rank != 0 && rt_decode_responses(data, (size_t)resp_len, out, err) != 0) {
+        ret = RT_NEG_ALONE; /* the others have the list this rank could not read */
+    }
+    if (c->rank != 0) free(data);
     return ret;
 }
 
 int rt_controller_negotiate(rt_controller *c, uint32_t my_flags, const rt_request *reqs, size_t n,
                             rt_response_list *out, hvd_err *err) {
-    rt_encode_requests(&c->sendbuf, my_flags, reqs, n);
-    /* Keep the gathered total inside int. A rank whose message is too big still takes part
-     * in every collective (sending nothing, length -1), so all ranks learn of the failure
-     * from the coordinator instead of some of them waiting forever. */
-    int mylen = c->sendbuf.len > (size_t)(INT32_MAX / c->size) ? -1 : (int)c->sendbuf.len;
-    int *lens = NULL, *displs = NULL;
-    if (c->rank == 0) {
-        lens = rt_xmalloc((size_t)c->size * sizeof *lens);
-        displs = rt_xmalloc((size_t)c->size * sizeof *displs);
-    }
-    MPI_Request req;
-    int rc = MPI_Igather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, 0, c->comm, &req);
-    if (rc == MPI_SUCCESS) rc = rt_mpi_wait(&req);
-    bool oversized = false;
-    if (rc == MPI_SUCCESS && c->rank == 0) {
-        size_t total = 0;
-        for (int r = 0; r < c->size; r++) {
-            if (lens[r] < 0) {
-                oversized = true;
-                lens[r] = 0;
-            }
-            displs[r] = (int)total;
-            total += (size_t)lens[r];
-        }
-        if (total > c->recvcap || !c->recvbuf) {
-            c->recvbuf = rt_xrealloc(c->recvbuf, total ? total : 1);
-            c->recvcap = total;
-        }
-    }
-    if (rc == MPI_SUCCESS) {
-        rc = MPI_Igatherv(c->sendbuf.data, mylen < 0 ? 0 : mylen, MPI_BYTE, c->recvbuf, lens,
-                          displs, MPI_BYTE, 0, c->comm, &req);
-        if (rc == MPI_SUCCESS) rc = rt_mpi_wait(&req);
+    /* A rank that cannot send its message still takes part in every collective (sending
+     * nothing, with a negative length saying why), so all ranks learn of the failure from the
+     * coordinator instead of some of them waiting forever. */
+    int mylen = encode_mine(c, my_flags, reqs, n);
+    hvd_err why = {0};
+    int rc = gather_requests(c, mylen, &why);
+    if (rc == -1) {
+        hvd_err_set(err, HVD_E_INTERNAL,
+                    "the coordinator (rank 0) ran out of memory gathering the negotiation "
+                    "requests");
+        return RT_NEG_ALONE;
     }
     if (rc != MPI_SUCCESS) {
-        free(lens);
-        free(displs);
-        return rt_err(err, HVD_E_INTERNAL, "gathering negotiation requests failed (MPI error %d)",
-                      rc);
+        hvd_err_set(err, HVD_E_INTERNAL, "gathering negotiation requests failed (MPI error %d)",
+                    rc);
+        return RT_NEG_FAILED;
     }
-
-    /* The coordinator decides. If it cannot, it still broadcasts a length (-1), so that every
-     * rank fails the cycle together instead of waiting for a list that never comes. */
-    int64_t resp_len = 0;
-    rt_buf resp = {0};
-    size_t first_new = out->n;
+    /* The coordinator decides. If it cannot, it still broadcasts, so that every rank fails the
+     * cycle together instead of waiting for a list that never comes. */
+    hvd_buf resp = {0};
     if (c->rank == 0) {
-        hvd_err derr = {0};
-        if (oversized || coordinator_decide(c, c->recvbuf, lens, displs, out, &derr) != 0) {
-            rt_log("coordinator: %s",
-                   oversized ? "a rank's negotiation message exceeds the 2 GiB that MPI can "
-                               "gather; submit fewer tensors per step"
-                             : derr.msg);
-            resp_len = -1;
-        } else {
-            /* out->v may still be NULL (nothing decided yet): no pointer arithmetic on it. */
-            rt_response_list view = {out->v ? out->v + first_new : NULL, out->n - first_new, 0};
-            rt_encode_responses(&resp, &view);
-            resp_len = (int64_t)resp.len;
-        }
+        size_t first_new = out->n;
+        if (why.code == 0) coordinator_decide(c, c->recvbuf, out, &why);
+        /* out->v may still be NULL (nothing decided yet): no pointer arithmetic on it. */
+        rt_response_list view = {out->v ? out->v + first_new : NULL, out->n - first_new, 0};
+        if (why.code == 0 && rt_encode_responses(&resp, &view) != 0)
+            hvd_err_set(&why, HVD_E_INTERNAL,
+                        "the coordinator (rank 0) ran out of memory encoding the responses");
+        if (why.code) rt_log("coordinator: %s", why.msg);
     }
-    free(lens);
-    free(displs);
-    rc = MPI_Ibcast(&resp_len, 1, MPI_INT64_T, 0, c->comm, &req);
-    if (rc == MPI_SUCCESS) rc = rt_mpi_wait(&req);
-    if (rc == MPI_SUCCESS && resp_len > 0) {
-        if (c->rank != 0) resp.data = rt_xmalloc((size_t)resp_len);
-        for (int64_t off = 0; off < resp_len && rc == MPI_SUCCESS; off += INT32_MAX / 2) {
-            int chunk = (int)(resp_len - off < INT32_MAX / 2 ? resp_len - off : INT32_MAX / 2);
-            rc = MPI_Ibcast(resp.data + off, chunk, MPI_BYTE, 0, c->comm, &req);
-            if (rc == MPI_SUCCESS) rc = rt_mpi_wait(&req);
-        }
-    }
-    int ret = 0;
-    if (rc != MPI_SUCCESS)
-        ret = rt_err(err, HVD_E_INTERNAL,
-                     "broadcasting negotiation responses failed (MPI error %d)", rc);
-    else if (resp_len < 0)
-        ret = rt_err(err, HVD_E_PROTOCOL,
-                     "the coordinator could not decode the negotiation requests (see rank 0's "
-                     "log)");
-    else if (c->rank != 0 && resp_len > 0)
-        ret = rt_decode_responses(resp.data, (size_t)resp_len, out, err);
-    rt_buf_free(&resp);
+    int ret = broadcast_responses(c, &resp, &why, out, err);
+    hvd_buf_free(&resp);
     return ret;
 }

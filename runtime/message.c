@@ -6,64 +6,72 @@
  * job's MPI communicator, are rebuilt every cycle with up to tens of thousands of names, and
  * the runtime is a library linked into training processes that should not need libhvd_rpc,
  * OpenSSL or msgpack. A fixed little-endian layout is smaller and cheaper here. */
-#include "internal.h"
+#include "message.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "types.h"
 
 #define RT_MSG_VERSION  1
 #define RT_PARAMS_BYTES 40
 
 /* ---- writer ------------------------------------------------------------------------- */
 
-void rt_buf_free(rt_buf *b) {
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
+/* Appends to a buffer. Room is reserved once per record, then filled with unchecked writes;
+ * after an out-of-memory `failed` stays set and nothing more is written, so encoders check
+ * once at the end. */
+typedef struct writer {
+    hvd_buf *b;
+    bool failed;
+} writer;
+
+static writer writer_start(hvd_buf *b) {
+    b->off = b->len = 0;
+    return (writer){b, false};
 }
 
-static uint8_t *reserve(rt_buf *b, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n)
-            cap *= 2;
-        b->data = rt_xrealloc(b->data, cap);
-        b->cap = cap;
+/* The next n bytes of the buffer, or NULL (and failed) on out of memory. */
+static uint8_t *room(writer *w, size_t n) {
+    if (w->failed || hvd_buf_reserve(w->b, n) != 0) {
+        w->failed = true;
+        return NULL;
     }
-    uint8_t *p = b->data + b->len;
-    b->len += n;
+    uint8_t *p = w->b->data + w->b->len;
+    w->b->len += n;
     return p;
 }
 
-static void put_u(rt_buf *b, uint64_t v, int bytes) {
-    uint8_t *p = reserve(b, (size_t)bytes);
+static uint8_t *put_u(uint8_t *p, uint64_t v, int bytes) {
     for (int i = 0; i < bytes; i++)
         p[i] = (uint8_t)(v >> (8 * i));
+    return p + bytes;
 }
 
-static void put_f64(rt_buf *b, double d) {
+static uint8_t *put_f64(uint8_t *p, double d) {
     uint64_t u;
     memcpy(&u, &d, sizeof u);
-    put_u(b, u, 8);
+    return put_u(p, u, 8);
 }
 
-static void put_str(rt_buf *b, const char *s, int len_bytes) {
-    size_t n = strlen(s);
-    put_u(b, n, len_bytes);
-    uint8_t *p = reserve(b, n + 1);
-    memcpy(p, s, n + 1); /* with its NUL, so decoded names can point into the buffer */
+/* A string with a len_bytes length and its NUL (so decoded names can point into the buffer). */
+static uint8_t *put_str(uint8_t *p, const char *s, size_t n, int len_bytes) {
+    p = put_u(p, n, len_bytes);
+    memcpy(p, s, n + 1);
+    return p + n + 1;
 }
 
-static void put_params(rt_buf *b, const rt_params *p) {
-    put_u(b, p->optype, 1);
-    put_u(b, p->dtype, 1);
-    put_u(b, p->op, 1);
-    put_u(b, p->on_device, 1);
-    put_u(b, (uint32_t)p->root, 4);
-    put_u(b, (uint64_t)p->count, 8);
-    put_u(b, (uint64_t)p->row_elems, 8);
-    put_f64(b, p->prescale);
-    put_f64(b, p->postscale);
+static uint8_t *put_params(uint8_t *p, const rt_params *x) {
+    p = put_u(p, x->optype, 1);
+    p = put_u(p, x->dtype, 1);
+    p = put_u(p, x->op, 1);
+    p = put_u(p, x->on_device, 1);
+    p = put_u(p, (uint32_t)x->root, 4);
+    p = put_u(p, (uint64_t)x->count, 8);
+    p = put_u(p, (uint64_t)x->row_elems, 8);
+    p = put_f64(p, x->prescale);
+    return put_f64(p, x->postscale);
 }
 
 /* ---- reader ------------------------------------------------------------------------- */
@@ -122,15 +130,16 @@ static void get_params(reader *r, rt_params *p) {
 
 /* ---- requests ----------------------------------------------------------------------- */
 
-void rt_encode_requests(rt_buf *b, uint32_t flags, const rt_request *reqs, size_t n) {
-    b->len = 0;
-    put_u(b, RT_MSG_VERSION, 1);
-    put_u(b, flags, 4);
-    put_u(b, n, 4);
-    for (size_t i = 0; i < n; i++) {
-        put_str(b, reqs[i].name, 2);
-        put_params(b, &reqs[i].p);
+int rt_encode_requests(hvd_buf *b, uint32_t flags, const rt_request *reqs, size_t n) {
+    writer w = writer_start(b);
+    uint8_t *p = room(&w, 9);
+    if (p) put_u(put_u(put_u(p, RT_MSG_VERSION, 1), flags, 4), n, 4);
+    for (size_t i = 0; i < n && !w.failed; i++) {
+        size_t len = strlen(reqs[i].name);
+        p = room(&w, 2 + len + 1 + RT_PARAMS_BYTES);
+        if (p) put_params(put_str(p, reqs[i].name, len, 2), &reqs[i].p);
     }
+    return w.failed ? -1 : 0;
 }
 
 int rt_decode_requests(const uint8_t *data, size_t len, uint32_t *flags, rt_request **reqs,
@@ -144,15 +153,18 @@ int rt_decode_requests(const uint8_t *data, size_t len, uint32_t *flags, rt_requ
     /* Each request takes at least 3 + RT_PARAMS_BYTES bytes: reject counts the data cannot
      * hold before allocating for them. */
     if (r.bad || version != RT_MSG_VERSION || count > (len - r.pos) / (3 + RT_PARAMS_BYTES))
-        return rt_err(err, HVD_E_PROTOCOL, "malformed negotiation request header");
-    rt_request *v = count ? rt_xmalloc(count * sizeof *v) : NULL;
+        return hvd_err_set(err, HVD_E_PROTOCOL, "malformed negotiation request header");
+    rt_request *v = count ? malloc(count * sizeof *v) : NULL;
+    if (count && !v)
+        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory decoding %llu negotiation requests",
+                           (unsigned long long)count);
     for (uint64_t i = 0; i < count && !r.bad; i++) {
         v[i].name = get_str(&r, 2);
         get_params(&r, &v[i].p);
     }
     if (r.bad || r.pos != len) {
         free(v);
-        return rt_err(err, HVD_E_PROTOCOL, "malformed negotiation request body");
+        return hvd_err_set(err, HVD_E_PROTOCOL, "malformed negotiation request body");
     }
     *reqs = v;
     *n = count;
@@ -161,20 +173,19 @@ int rt_decode_requests(const uint8_t *data, size_t len, uint32_t *flags, rt_requ
 
 /* ---- responses ---------------------------------------------------------------------- */
 
-void rt_encode_responses(rt_buf *b, const rt_response_list *l) {
-    b->len = 0;
-    put_u(b, RT_MSG_VERSION, 1);
-    put_u(b, l->n, 4);
-    for (size_t i = 0; i < l->n; i++) {
+int rt_encode_responses(hvd_buf *b, const rt_response_list *l) {
+    writer w = writer_start(b);
+    uint8_t *p = room(&w, 5);
+    if (p) put_u(put_u(p, RT_MSG_VERSION, 1), l->n, 4);
+    for (size_t i = 0; i < l->n && !w.failed; i++) {
         const rt_response *x = &l->v[i];
-        put_str(b, x->name, 2);
-        put_params(b, &x->p);
-        put_u(b, x->error ? 1 : 0, 1);
-        if (x->error) {
-            put_u(b, (uint32_t)x->code, 4);
-            put_str(b, x->error, 4);
-        }
+        size_t len = strlen(x->name), elen = x->error ? strlen(x->error) : 0;
+        p = room(&w, 2 + len + 1 + RT_PARAMS_BYTES + 1 + (x->error ? 4 + 4 + elen + 1 : 0));
+        if (!p) break;
+        p = put_u(put_params(put_str(p, x->name, len, 2), &x->p), x->error ? 1 : 0, 1);
+        if (x->error) put_str(put_u(p, (uint32_t)x->code, 4), x->error, elen, 4);
     }
+    return w.failed ? -1 : 0;
 }
 
 int rt_decode_responses(const uint8_t *data, size_t len, rt_response_list *l, hvd_err *err) {
@@ -182,7 +193,7 @@ int rt_decode_responses(const uint8_t *data, size_t len, rt_response_list *l, hv
     uint64_t version = get_u(&r, 1);
     uint64_t count = get_u(&r, 4);
     if (r.bad || version != RT_MSG_VERSION || count > (len - r.pos) / (4 + RT_PARAMS_BYTES))
-        return rt_err(err, HVD_E_PROTOCOL, "malformed negotiation response header");
+        return hvd_err_set(err, HVD_E_PROTOCOL, "malformed negotiation response header");
     for (uint64_t i = 0; i < count; i++) {
         rt_params p;
         const char *name = get_str(&r, 2);
@@ -195,62 +206,11 @@ int rt_decode_responses(const uint8_t *data, size_t len, rt_response_list *l, hv
             error = get_str(&r, 4);
         }
         if (r.bad) break;
-        rt_responses_push(l, name, &p, error, code);
+        if (rt_responses_push(l, name, &p, error, code) != 0)
+            return hvd_err_set(err, HVD_E_INTERNAL, "out of memory decoding %llu responses",
+                               (unsigned long long)count);
     }
     if (r.bad || r.pos != len)
-        return rt_err(err, HVD_E_PROTOCOL, "malformed negotiation response body");
+        return hvd_err_set(err, HVD_E_PROTOCOL, "malformed negotiation response body");
     return 0;
-}
-
-/* ---- response lists ----------------------------------------------------------------- */
-
-void rt_responses_push(rt_response_list *l, const char *name, const rt_params *p, const char *error,
-                       int code) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? l->cap * 2 : 16;
-        l->v = rt_xrealloc(l->v, l->cap * sizeof *l->v);
-    }
-    rt_response *x = &l->v[l->n++];
-    x->name = rt_xstrdup(name);
-    if (p)
-        x->p = *p;
-    else
-        memset(&x->p, 0, sizeof x->p);
-    x->error = error ? rt_xstrdup(error) : NULL;
-    x->code = error ? code : 0;
-}
-
-void rt_responses_clear(rt_response_list *l) {
-    for (size_t i = 0; i < l->n; i++) {
-        free(l->v[i].name);
-        free(l->v[i].error);
-    }
-    l->n = 0;
-}
-
-void rt_responses_free(rt_response_list *l) {
-    rt_responses_clear(l);
-    free(l->v);
-    l->v = NULL;
-    l->cap = 0;
-}
-
-bool rt_params_equal(const rt_params *a, const rt_params *b) {
-    return a->optype == b->optype && a->dtype == b->dtype && a->op == b->op &&
-           a->on_device == b->on_device && a->root == b->root && a->count == b->count &&
-           a->row_elems == b->row_elems && a->prescale == b->prescale &&
-           a->postscale == b->postscale;
-}
-
-static const char *const optype_names[RT_NUM_OPTYPES] = {"allreduce", "allgather",     "broadcast",
-                                                         "alltoall",  "reducescatter", "barrier"};
-static const char *const optype_upper[RT_NUM_OPTYPES] = {"ALLREDUCE", "ALLGATHER",     "BROADCAST",
-                                                         "ALLTOALL",  "REDUCESCATTER", "BARRIER"};
-
-const char *rt_optype_name(int optype) {
-    return optype >= 0 && optype < RT_NUM_OPTYPES ? optype_names[optype] : "?";
-}
-
-const char *rt_optype_upper_name(int optype) {
-    return optype >= 0 && optype < RT_NUM_OPTYPES ? optype_upper[optype] : "?";
 }

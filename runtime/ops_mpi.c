@@ -1,12 +1,18 @@
-/* Collectives on host buffers with MPI, on the runtime's own communicator. Every function
- * here is entered by all ranks for the same group in the same order (the engine guarantees
- * it), and every decision that could make one rank skip a call is taken from agreed data
- * only, so a rank never waits in a collective the others do not enter. */
-#include "internal.h"
+/* Collectives on host buffers with MPI (ops_mpi.h). Every function here is entered by all
+ * ranks for the same group in the same order (the cycle guarantees it), and every decision
+ * that could make one rank skip a call is taken from agreed data only, so a rank never waits
+ * in a collective the others do not enter. That includes running out of memory: the fused
+ * allreduce's buffer is reserved before the cycle's agreement (cycle.c), and the outputs of
+ * allgather and alltoall are allocated before their data moves, with the outcome agreed. */
+#include "ops_mpi.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fault.h"
+#include "types.h"
 
 struct rt_mpi_types {
     MPI_Datatype f16, bf16;              /* 2-byte types: MPI has no 16-bit floats */
@@ -27,13 +33,17 @@ HALF_OP(half_max, HVD_OP_MAX)
 HALF_OP(half_prod, HVD_OP_PRODUCT)
 
 rt_mpi_types *rt_mpi_types_create(hvd_err *err) {
-    rt_mpi_types *t = rt_xcalloc(1, sizeof *t);
+    rt_mpi_types *t = calloc(1, sizeof *t);
+    if (!t) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory creating the MPI datatypes");
+        return NULL;
+    }
     if (MPI_Type_contiguous(2, MPI_BYTE, &t->f16) != MPI_SUCCESS ||
         MPI_Type_commit(&t->f16) != MPI_SUCCESS ||
         MPI_Type_contiguous(2, MPI_BYTE, &t->bf16) != MPI_SUCCESS ||
         MPI_Type_commit(&t->bf16) != MPI_SUCCESS) {
         free(t);
-        rt_err(err, HVD_E_INTERNAL, "cannot create the MPI datatypes for float16/bfloat16");
+        hvd_err_set(err, HVD_E_INTERNAL, "cannot create the MPI datatypes for float16/bfloat16");
         return NULL;
     }
     s_f16 = t->f16;
@@ -97,18 +107,23 @@ static int mpi_fail(hvd_err *err, int rc, const char *what, const char *name) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "code %d", rc);
-    return rt_err(err, HVD_E_INTERNAL, "%s for tensor '%s' failed: %s", what, name, msg);
+    return hvd_err_set(err, HVD_E_INTERNAL, "%s for tensor '%s' failed: %s", what, name, msg);
 }
 
-/* Timeline activity on every tensor of the group. */
-static void activity(rt_exec *x, rt_group *g, const char *what) {
-    if (!x->tl) return;
-    for (size_t i = 0; i < g->n; i++) {
-        if (what)
-            rt_timeline_start(x->tl, g->entries[i]->name, what);
-        else
-            rt_timeline_end(x->tl, g->entries[i]->name);
-    }
+/* The error for an output some rank could not allocate (the same sentence on every rank). */
+static int output_fail(hvd_err *err, const char *op, const char *name, int rank) {
+    return hvd_err_set(err, HVD_E_INTERNAL,
+                       "%s of tensor '%s' failed: rank %d ran out of memory for its result", op,
+                       name, rank);
+}
+
+/* Memory for a collective's output: NULL when out of memory (or when the test hook says so);
+ * bytes == 0 gives NULL with *ok untouched. */
+static void *alloc_output(size_t bytes, bool *ok) {
+    if (bytes == 0) return NULL;
+    void *p = rt_fault_hit(RT_FAULT_OUTPUT) ? NULL : malloc(bytes);
+    if (!p) *ok = false;
+    return p;
 }
 
 /* MPI counts are int: split a long reduction into chunks that fit. */
@@ -138,7 +153,7 @@ static int exec_allreduce(rt_exec *x, rt_group *g, hvd_err *err) {
         /* Unfused: reduce straight into the output, with no copy when nothing is scaled. */
         rt_entry *e = g->entries[0];
         int rc;
-        activity(x, g, "MPI_ALLREDUCE");
+        rt_ops_activity(x, g, "MPI_ALLREDUCE");
         if (pre == 1.0) {
             rc = allreduce_chunked(e->in == e->out ? MPI_IN_PLACE : e->in, e->out, e->p.count, es,
                                    dt, mop, x->comm);
@@ -148,14 +163,20 @@ static int exec_allreduce(rt_exec *x, rt_group *g, hvd_err *err) {
             rc = allreduce_chunked(MPI_IN_PLACE, e->out, e->p.count, es, dt, mop, x->comm);
         }
         if (rc == MPI_SUCCESS) rt_finish_reduction(e->out, e->p.count, t, op, x->size, post);
-        activity(x, g, NULL);
+        rt_ops_activity(x, g, NULL);
         return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "MPI_Allreduce", e->name);
     }
 
-    char *buf = rt_fusion_buffer_get(x->fusion, (size_t)g->total_elems * es);
-    if (!buf) rt_log("out of memory for a %lld-byte fusion buffer", (long long)g->total_elems);
-    if (!buf) abort(); /* other ranks are entering the collective: cannot back out alone */
-    activity(x, g, "MEMCPY_IN_FUSION_BUFFER");
+    /* The cycle reserved the buffer for every group it can form before the ranks agreed on
+     * this cycle's work, and planned without fusion on every rank if any rank could not; so
+     * the buffer is always big enough here, and no rank has to back out of this collective
+     * alone. */
+    char *buf = x->fusion.data;
+    if (!buf || x->fusion.cap < (size_t)g->total_elems * es)
+        return hvd_err_set(err, HVD_E_INTERNAL,
+                           "internal error: the fusion buffer was not reserved for tensor '%s'",
+                           g->entries[0]->name);
+    rt_ops_activity(x, g, "MEMCPY_IN_FUSION_BUFFER");
     size_t off = 0;
     for (size_t i = 0; i < g->n; i++) {
         size_t bytes = (size_t)g->entries[i]->p.count * es;
@@ -163,12 +184,12 @@ static int exec_allreduce(rt_exec *x, rt_group *g, hvd_err *err) {
         off += bytes;
     }
     rt_scale(buf, g->total_elems, t, pre);
-    activity(x, g, NULL);
-    activity(x, g, "MPI_ALLREDUCE");
+    rt_ops_activity(x, g, NULL);
+    rt_ops_activity(x, g, "MPI_ALLREDUCE");
     int rc = allreduce_chunked(MPI_IN_PLACE, buf, g->total_elems, es, dt, mop, x->comm);
-    activity(x, g, NULL);
+    rt_ops_activity(x, g, NULL);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "fused MPI_Allreduce", g->entries[0]->name);
-    activity(x, g, "MEMCPY_OUT_FUSION_BUFFER");
+    rt_ops_activity(x, g, "MEMCPY_OUT_FUSION_BUFFER");
     rt_finish_reduction(buf, g->total_elems, t, op, x->size, post);
     off = 0;
     for (size_t i = 0; i < g->n; i++) {
@@ -176,7 +197,7 @@ static int exec_allreduce(rt_exec *x, rt_group *g, hvd_err *err) {
         if (bytes) memcpy(g->entries[i]->out, buf + off, bytes);
         off += bytes;
     }
-    activity(x, g, NULL);
+    rt_ops_activity(x, g, NULL);
     return 0;
 }
 
@@ -203,36 +224,44 @@ static int exec_allgather(rt_exec *x, rt_group *g, hvd_err *err) {
     rt_entry *e = g->entries[0];
     int size = x->size;
     int64_t row_bytes = e->p.row_elems * (int64_t)rt_dtype_size(e->p.dtype);
-    int64_t *rank_rows = rt_xcalloc((size_t)size, sizeof *rank_rows);
-    activity(x, g, "MPI_ALLGATHER");
-    int rc = MPI_Allgather(&e->rows, 1, MPI_INT64_T, rank_rows, 1, MPI_INT64_T, x->comm);
+    /* The output's row counts; without memory for them this rank still takes part, counting
+     * in scratch, and the agreement below fails the tensor on every rank. */
+    bool alloc_ok = true;
+    int64_t *rank_rows =
+        rt_fault_hit(RT_FAULT_OUTPUT) ? NULL : calloc((size_t)size, sizeof *rank_rows);
+    if (!rank_rows) alloc_ok = false;
+    int64_t *rows = rank_rows ? rank_rows : x->rows;
+    rt_ops_activity(x, g, "MPI_ALLGATHER");
+    int rc = MPI_Allgather(&e->rows, 1, MPI_INT64_T, rows, 1, MPI_INT64_T, x->comm);
     if (rc != MPI_SUCCESS) {
         free(rank_rows);
-        activity(x, g, NULL);
+        rt_ops_activity(x, g, NULL);
         return mpi_fail(err, rc, "MPI_Allgather of first dimensions", e->name);
     }
     int64_t total = 0;
     for (int r = 0; r < size; r++)
-        total += rank_rows[r];
-    int *counts = rt_xmalloc((size_t)size * sizeof *counts);
-    int *displs = rt_xmalloc((size_t)size * sizeof *displs);
-    void *data = NULL;
-    int ret = 0;
+        total += rows[r];
     MPI_Datatype rt = MPI_DATATYPE_NULL;
-    if (to_int_counts(rank_rows, size, counts, displs) != 0 || row_type(row_bytes, &rt) != 0) {
-        ret = rt_err(err, HVD_E_INVALID,
-                     "allgather of tensor '%s' is too large for MPI's int counts (%lld rows "
-                     "of %lld bytes)",
-                     e->name, (long long)total, (long long)row_bytes);
+    bool fits =
+        to_int_counts(rows, size, x->counts, x->displs) == 0 && row_type(row_bytes, &rt) == 0;
+    void *data = fits ? alloc_output((size_t)(total * row_bytes), &alloc_ok) : NULL;
+    int failed_rank = -1, ret = 0;
+    rc = rt_ops_agree(x, alloc_ok, &failed_rank, &fits);
+    if (rc != MPI_SUCCESS) {
+        ret = mpi_fail(err, rc, "MPI_Allreduce of allgather checks", e->name);
+    } else if (!fits) {
+        ret = hvd_err_set(err, HVD_E_INVALID,
+                          "allgather of tensor '%s' is too large for MPI's int counts (%lld rows "
+                          "of %lld bytes)",
+                          e->name, (long long)total, (long long)row_bytes);
+    } else if (failed_rank >= 0) {
+        ret = output_fail(err, "allgather", e->name, failed_rank);
     } else if (total > 0 && row_bytes > 0) {
-        data = rt_xmalloc((size_t)(total * row_bytes));
-        rc = MPI_Allgatherv(e->in, (int)e->rows, rt, data, counts, displs, rt, x->comm);
+        rc = MPI_Allgatherv(e->in, (int)e->rows, rt, data, x->counts, x->displs, rt, x->comm);
         if (rc != MPI_SUCCESS) ret = mpi_fail(err, rc, "MPI_Allgatherv", e->name);
     }
     if (rt != MPI_DATATYPE_NULL) MPI_Type_free(&rt);
-    activity(x, g, NULL);
-    free(counts);
-    free(displs);
+    rt_ops_activity(x, g, NULL);
     if (ret != 0) {
         free(data);
         free(rank_rows);
@@ -249,13 +278,13 @@ static int exec_allgather(rt_exec *x, rt_group *g, hvd_err *err) {
 static int exec_broadcast(rt_exec *x, rt_group *g, hvd_err *err) {
     rt_entry *e = g->entries[0];
     int64_t bytes = e->p.count * (int64_t)rt_dtype_size(e->p.dtype);
-    activity(x, g, "MPI_BCAST");
+    rt_ops_activity(x, g, "MPI_BCAST");
     int rc = MPI_SUCCESS;
     for (int64_t off = 0; off < bytes && rc == MPI_SUCCESS; off += INT_MAX / 2) {
         int n = (int)(bytes - off < INT_MAX / 2 ? bytes - off : INT_MAX / 2);
         rc = MPI_Bcast((char *)e->out + off, n, MPI_BYTE, e->p.root, x->comm);
     }
-    activity(x, g, NULL);
+    rt_ops_activity(x, g, NULL);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "MPI_Bcast", e->name);
 }
 
@@ -263,45 +292,46 @@ static int exec_alltoall(rt_exec *x, rt_group *g, hvd_err *err) {
     rt_entry *e = g->entries[0];
     int size = x->size;
     int64_t row_bytes = e->p.row_elems * (int64_t)rt_dtype_size(e->p.dtype);
-    int64_t *recv_rows = rt_xcalloc((size_t)size, sizeof *recv_rows);
-    activity(x, g, "MPI_ALLTOALL");
-    int rc = MPI_Alltoall(e->splits, 1, MPI_INT64_T, recv_rows, 1, MPI_INT64_T, x->comm);
+    bool alloc_ok = true;
+    int64_t *recv_rows =
+        rt_fault_hit(RT_FAULT_OUTPUT) ? NULL : calloc((size_t)size, sizeof *recv_rows);
+    if (!recv_rows) alloc_ok = false;
+    int64_t *rows = recv_rows ? recv_rows : x->rows;
+    rt_ops_activity(x, g, "MPI_ALLTOALL");
+    int rc = MPI_Alltoall(e->splits, 1, MPI_INT64_T, rows, 1, MPI_INT64_T, x->comm);
     if (rc != MPI_SUCCESS) {
         free(recv_rows);
-        activity(x, g, NULL);
+        rt_ops_activity(x, g, NULL);
         return mpi_fail(err, rc, "MPI_Alltoall of split sizes", e->name);
     }
     int64_t total = 0;
     for (int r = 0; r < size; r++)
-        total += recv_rows[r];
-    int *sc = rt_xmalloc((size_t)size * sizeof *sc), *sd = rt_xmalloc((size_t)size * sizeof *sd);
-    int *rc_ = rt_xmalloc((size_t)size * sizeof *rc_), *rd = rt_xmalloc((size_t)size * sizeof *rd);
-    void *data = NULL;
-    int ret = 0;
+        total += rows[r];
     MPI_Datatype rt = MPI_DATATYPE_NULL;
-    /* The int check is local to each rank's counts; a rank failing it alone would leave the
-     * others in MPI_Alltoallv, so agree on the outcome first. */
-    int ok = to_int_counts(e->splits, size, sc, sd) == 0 &&
-             to_int_counts(recv_rows, size, rc_, rd) == 0 && row_type(row_bytes, &rt) == 0;
-    int all_ok = 0;
-    rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, x->comm);
+    /* The int check and the allocation are local to each rank's counts; a rank failing either
+     * alone would leave the others in MPI_Alltoallv, so agree on the outcome first. */
+    bool fits = to_int_counts(e->splits, size, x->counts, x->displs) == 0 &&
+                to_int_counts(rows, size, x->rcounts, x->rdispls) == 0 &&
+                row_type(row_bytes, &rt) == 0;
+    void *data =
+        fits && row_bytes > 0 ? alloc_output((size_t)(total * row_bytes), &alloc_ok) : NULL;
+    int failed_rank = -1, ret = 0;
+    rc = rt_ops_agree(x, alloc_ok, &failed_rank, &fits);
     if (rc != MPI_SUCCESS) {
         ret = mpi_fail(err, rc, "MPI_Allreduce of alltoall checks", e->name);
-    } else if (!all_ok) {
-        ret = rt_err(err, HVD_E_INVALID,
-                     "alltoall of tensor '%s' is too large for MPI's int counts on some rank",
-                     e->name);
+    } else if (!fits) {
+        ret = hvd_err_set(err, HVD_E_INVALID,
+                          "alltoall of tensor '%s' is too large for MPI's int counts on some rank",
+                          e->name);
+    } else if (failed_rank >= 0) {
+        ret = output_fail(err, "alltoall", e->name, failed_rank);
     } else if (row_bytes > 0) {
-        if (total > 0) data = rt_xmalloc((size_t)(total * row_bytes));
-        rc = MPI_Alltoallv(e->in, sc, sd, rt, data, rc_, rd, rt, x->comm);
+        rc = MPI_Alltoallv(e->in, x->counts, x->displs, rt, data, x->rcounts, x->rdispls, rt,
+                           x->comm);
         if (rc != MPI_SUCCESS) ret = mpi_fail(err, rc, "MPI_Alltoallv", e->name);
     }
     if (rt != MPI_DATATYPE_NULL) MPI_Type_free(&rt);
-    activity(x, g, NULL);
-    free(sc);
-    free(sd);
-    free(rc_);
-    free(rd);
+    rt_ops_activity(x, g, NULL);
     if (ret != 0) {
         free(data);
         free(recv_rows);
@@ -320,7 +350,7 @@ static int exec_reducescatter(rt_exec *x, rt_group *g, hvd_err *err) {
     int size = x->size;
     hvd_dtype t = e->p.dtype;
     int64_t first_dim = e->p.row_elems ? e->p.count / e->p.row_elems : 0;
-    int *counts = rt_xmalloc((size_t)size * sizeof *counts);
+    int *counts = x->counts;
     bool fits = true;
     for (int r = 0; r < size; r++) {
         int64_t c = hvd_reducescatter_rows(first_dim, r, size) * e->p.row_elems;
@@ -328,20 +358,19 @@ static int exec_reducescatter(rt_exec *x, rt_group *g, hvd_err *err) {
         counts[r] = (int)(c > INT_MAX ? 0 : c);
     }
     if (!fits) {
-        free(counts);
-        return rt_err(err, HVD_E_INVALID,
-                      "reducescatter of tensor '%s' is too large for MPI's int counts", e->name);
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "reducescatter of tensor '%s' is too large for MPI's int counts",
+                           e->name);
     }
     int rc = MPI_SUCCESS;
     if (e->p.count > 0) {
-        activity(x, g, "MPI_REDUCESCATTER");
+        rt_ops_activity(x, g, "MPI_REDUCESCATTER");
         rc = MPI_Reduce_scatter(e->in, e->out, counts, mpi_dtype(x->mpi, t),
                                 mpi_op(x->mpi, t, e->p.op), x->comm);
-        activity(x, g, NULL);
+        rt_ops_activity(x, g, NULL);
         if (rc == MPI_SUCCESS)
             rt_finish_reduction(e->out, counts[x->rank], t, e->p.op, size, e->p.postscale);
     }
-    free(counts);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "MPI_Reduce_scatter", e->name);
 }
 
@@ -358,11 +387,11 @@ int rt_mpi_execute(rt_exec *x, rt_group *g, hvd_err *err) {
     case RT_REDUCESCATTER:
         return exec_reducescatter(x, g, err);
     case RT_BARRIER: {
-        activity(x, g, "MPI_BARRIER");
+        rt_ops_activity(x, g, "MPI_BARRIER");
         int rc = MPI_Barrier(x->comm);
-        activity(x, g, NULL);
+        rt_ops_activity(x, g, NULL);
         return rc == MPI_SUCCESS ? 0 : mpi_fail(err, rc, "MPI_Barrier", g->entries[0]->name);
     }
     }
-    return rt_err(err, HVD_E_INTERNAL, "unknown collective type %d", g->p.optype);
+    return hvd_err_set(err, HVD_E_INTERNAL, "unknown collective type %d", g->p.optype);
 }

@@ -7,15 +7,25 @@
  * before completing handles, so device results are ready for any stream when hvd_wait
  * returns. Shapes that NCCL cannot express directly are built from grouped point-to-point or
  * rooted calls, the way Horovod does: allgatherv = one broadcast per rank, alltoallv = send/recv
- * pairs, uneven reducescatter = one reduce per rank. */
-#include "internal.h"
+ * pairs, uneven reducescatter = one reduce per rank.
+ *
+ * A rank that runs out of memory must not leave the others inside a collective: the device
+ * fusion buffer is reserved before the cycle's agreement (rt_nccl_reserve_fusion), the outputs
+ * of allgather and alltoall are allocated before their data moves with the outcome agreed over
+ * MPI, and integer scaling goes through a host staging buffer in chunks, so it needs no memory
+ * it might not get. */
+#include "ops_nccl.h"
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "types.h"
 
 /* CUDA and NCCL are loaded with dlopen at the first device collective (or device query), not
  * linked: a runtime built on a machine with CUDA must still load and run host collectives on
@@ -99,14 +109,19 @@ struct rt_nccl {
     int device;  /* CUDA ordinal the communicator runs on */
     ncclComm_t comm;
     cudaStream_t stream;
-    void *fusion; /* device fusion buffer */
-    size_t fusion_cap;
-    void *host_tmp; /* staging for integer scaling */
+    void *fusion;      /* device fusion buffer */
+    size_t fusion_cap; /* its size */
+    int fusion_device; /* the device it is on */
+    void *host_tmp;    /* staging for integer scaling, host_tmp_cap bytes (may be NULL) */
     size_t host_tmp_cap;
+    unsigned char host_small[4096]; /* staging when host_tmp cannot be had */
 };
 
+/* Integer scaling stages at most this much at a time. */
+#define HOST_TMP_MAX (16u << 20)
+
 rt_nccl *rt_nccl_create(void) {
-    return rt_xcalloc(1, sizeof(rt_nccl));
+    return calloc(1, sizeof(rt_nccl));
 }
 
 void rt_nccl_free(rt_nccl *n) {
@@ -116,10 +131,38 @@ void rt_nccl_free(rt_nccl *n) {
         api.p_cudaStreamSynchronize(n->stream);
         api.p_ncclCommDestroy(n->comm);
         api.p_cudaStreamDestroy(n->stream);
-        if (n->fusion) api.p_cudaFree(n->fusion);
+    }
+    if (n->fusion) {
+        api.p_cudaSetDevice(n->fusion_device);
+        api.p_cudaFree(n->fusion);
     }
     free(n->host_tmp);
     free(n);
+}
+
+int rt_nccl_reserve_fusion(rt_nccl *n, int device, size_t bytes) {
+    if (bytes <= n->fusion_cap && n->fusion_device == device) return 0;
+    if (rt_cuda_unavailable() || api.p_cudaSetDevice(device) != cudaSuccess) return -1;
+    size_t cap = 1u << 20;
+    while (cap < bytes)
+        cap *= 2;
+    void *p = NULL;
+    if (n->fusion && n->fusion_device == device) {
+        /* Free first: the old buffer may be what stands between the device and the new one. */
+        api.p_cudaFree(n->fusion);
+        n->fusion = NULL;
+        n->fusion_cap = 0;
+    }
+    if (api.p_cudaMalloc(&p, cap) != cudaSuccess) return -1;
+    if (n->fusion) {
+        api.p_cudaSetDevice(n->fusion_device);
+        api.p_cudaFree(n->fusion);
+        api.p_cudaSetDevice(device);
+    }
+    n->fusion = p;
+    n->fusion_cap = cap;
+    n->fusion_device = device;
+    return 0;
 }
 
 int rt_cuda_device_count(void) {
@@ -133,13 +176,13 @@ void rt_cuda_free(void *p) {
 }
 
 static int cuda_fail(hvd_err *err, cudaError_t rc, const char *what, const char *name) {
-    return rt_err(err, HVD_E_INTERNAL, "%s for tensor '%s' failed: %s", what, name,
-                  api.p_cudaGetErrorString(rc));
+    return hvd_err_set(err, HVD_E_INTERNAL, "%s for tensor '%s' failed: %s", what, name,
+                       api.p_cudaGetErrorString(rc));
 }
 
 static int nccl_fail(hvd_err *err, ncclResult_t rc, const char *what, const char *name) {
-    return rt_err(err, HVD_E_INTERNAL, "%s for tensor '%s' failed: %s", what, name,
-                  api.p_ncclGetErrorString(rc));
+    return hvd_err_set(err, HVD_E_INTERNAL, "%s for tensor '%s' failed: %s", what, name,
+                       api.p_ncclGetErrorString(rc));
 }
 
 static ncclDataType_t nccl_dtype(hvd_dtype t) {
@@ -183,18 +226,19 @@ static ncclRedOp_t nccl_op(hvd_reduce_op op) {
 static int ensure_comm(rt_exec *x, rt_nccl *n, int device, const char *name, hvd_err *err) {
     if (n->ready) {
         if (device != n->device)
-            return rt_err(err, HVD_E_INVALID,
-                          "tensor '%s' is on CUDA device %d, but this rank's NCCL communicator "
-                          "runs on device %d: use one device per rank",
-                          name, device, n->device);
+            return hvd_err_set(
+                err, HVD_E_INVALID,
+                "tensor '%s' is on CUDA device %d, but this rank's NCCL communicator "
+                "runs on device %d: use one device per rank",
+                name, device, n->device);
         return api.p_cudaSetDevice(device) == cudaSuccess
                    ? 0
-                   : rt_err(err, HVD_E_INTERNAL, "api.p_cudaSetDevice(%d) failed", device);
+                   : hvd_err_set(err, HVD_E_INTERNAL, "api.p_cudaSetDevice(%d) failed", device);
     }
     if (n->failed)
-        return rt_err(err, HVD_E_INTERNAL,
-                      "the NCCL communicator could not be created earlier; device collectives "
-                      "are unavailable");
+        return hvd_err_set(err, HVD_E_INTERNAL,
+                           "the NCCL communicator could not be created earlier; device collectives "
+                           "are unavailable");
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     int ok = api.p_cudaSetDevice(device) == cudaSuccess;
@@ -205,10 +249,11 @@ static int ensure_comm(rt_exec *x, rt_nccl *n, int device, const char *name, hvd
     if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, x->comm) != MPI_SUCCESS || !all_ok ||
         MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, x->comm) != MPI_SUCCESS) {
         n->failed = true;
-        return rt_err(err, HVD_E_INTERNAL,
-                      "cannot set up NCCL for tensor '%s': CUDA device %d or the NCCL id failed "
-                      "on %s",
-                      name, device, ok ? "another rank" : "this rank");
+        return hvd_err_set(
+            err, HVD_E_INTERNAL,
+            "cannot set up NCCL for tensor '%s': CUDA device %d or the NCCL id failed "
+            "on %s",
+            name, device, ok ? "another rank" : "this rank");
     }
     ncclResult_t nr = api.p_ncclCommInitRank(&n->comm, x->size, id, x->rank);
     if (nr != ncclSuccess) {
@@ -226,45 +271,54 @@ static int ensure_comm(rt_exec *x, rt_nccl *n, int device, const char *name, hvd
     return 0;
 }
 
-static void activity(rt_exec *x, rt_group *g, const char *what) {
-    if (!x->tl) return;
-    for (size_t i = 0; i < g->n; i++) {
-        if (what)
-            rt_timeline_start(x->tl, g->entries[i]->name, what);
-        else
-            rt_timeline_end(x->tl, g->entries[i]->name);
-    }
-}
-
 /* With a timeline, each phase waits for the stream so its span shows real device time. */
 static void phase_end(rt_exec *x, rt_nccl *n, rt_group *g) {
     if (!x->tl) return;
     api.p_cudaStreamSynchronize(n->stream);
-    activity(x, g, NULL);
+    rt_ops_activity(x, g, NULL);
 }
 
-static void *host_tmp(rt_nccl *n, size_t bytes) {
-    if (bytes > n->host_tmp_cap) {
-        n->host_tmp = rt_xrealloc(n->host_tmp, bytes);
-        n->host_tmp_cap = bytes;
+/* Host staging of up to `want` bytes: a buffer grown to at most HOST_TMP_MAX, or the small
+ * one inside n when that cannot be had. Sets *cap to the room it offers. Never fails. */
+static void *host_tmp(rt_nccl *n, size_t want, size_t *cap) {
+    if (want > HOST_TMP_MAX) want = HOST_TMP_MAX;
+    if (want > n->host_tmp_cap) {
+        void *p = realloc(n->host_tmp, want);
+        if (p) {
+            n->host_tmp = p;
+            n->host_tmp_cap = want;
+        }
     }
-    return n->host_tmp;
+    if (n->host_tmp) {
+        *cap = n->host_tmp_cap;
+        return n->host_tmp;
+    }
+    *cap = sizeof n->host_small;
+    return n->host_small;
 }
 
-/* Scales device data through host memory (integer types with prescale/postscale only: NCCL
- * scales floats itself, and no CUDA kernels are compiled into the runtime). */
+/* Scales device data through host memory, a staging buffer at a time (integer types with
+ * prescale/postscale only: NCCL scales floats itself, and no CUDA kernels are compiled into
+ * the runtime). */
 static cudaError_t scale_via_host(rt_nccl *n, void *dev, int64_t count, hvd_dtype t,
                                   double factor) {
     if (factor == 1.0 || count == 0) return cudaSuccess;
-    size_t bytes = (size_t)count * rt_dtype_size(t);
-    void *h = host_tmp(n, bytes);
-    cudaError_t rc = api.p_cudaMemcpyAsync(h, dev, bytes, cudaMemcpyDeviceToHost, n->stream);
-    if (rc == cudaSuccess) rc = api.p_cudaStreamSynchronize(n->stream);
-    if (rc != cudaSuccess) return rc;
-    rt_scale(h, count, t, factor);
-    rc = api.p_cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, n->stream);
-    if (rc == cudaSuccess) rc = api.p_cudaStreamSynchronize(n->stream);
-    return rc;
+    size_t es = rt_dtype_size(t), cap;
+    void *h = host_tmp(n, (size_t)count * es, &cap);
+    size_t per = cap / es;
+    for (int64_t off = 0; off < count; off += (int64_t)per) {
+        int64_t k = count - off < (int64_t)per ? count - off : (int64_t)per;
+        char *d = (char *)dev + (size_t)off * es;
+        size_t bytes = (size_t)k * es;
+        cudaError_t rc = api.p_cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, n->stream);
+        if (rc == cudaSuccess) rc = api.p_cudaStreamSynchronize(n->stream);
+        if (rc != cudaSuccess) return rc;
+        rt_scale(h, k, t, factor);
+        rc = api.p_cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, n->stream);
+        if (rc == cudaSuccess) rc = api.p_cudaStreamSynchronize(n->stream);
+        if (rc != cudaSuccess) return rc;
+    }
+    return cudaSuccess;
 }
 
 /* Reduces count elements of buf in place, with the group's op and scaling. */
@@ -301,12 +355,12 @@ static int reduce_in_place(rt_exec *x, rt_nccl *n, rt_group *g, void *buf, int64
         cudaError_t cr = scale_via_host(n, buf, count, t, pre);
         if (cr != cudaSuccess) return cuda_fail(err, cr, "prescale", name);
     }
-    activity(x, g, "NCCL_ALLREDUCE");
+    rt_ops_activity(x, g, "NCCL_ALLREDUCE");
     ncclResult_t nr =
         api.p_ncclAllReduce(buf, buf, (size_t)count, nccl_dtype(t), nop, n->comm, n->stream);
     if (custom) api.p_ncclRedOpDestroy(nop, n->comm);
     if (nr != ncclSuccess) {
-        activity(x, g, NULL);
+        rt_ops_activity(x, g, NULL);
         return nccl_fail(err, nr, "ncclAllReduce", name);
     }
     phase_end(x, n, g);
@@ -330,21 +384,15 @@ static int exec_allreduce(rt_exec *x, rt_nccl *n, rt_group *g, hvd_err *err) {
         }
         return reduce_in_place(x, n, g, e->out, e->p.count, err);
     }
+    /* Reserved by the cycle before the ranks agreed on this cycle's work (and the cycle plans
+     * without fusion on every rank when some rank could not), so no rank backs out here. */
     size_t bytes = (size_t)g->total_elems * es;
-    if (bytes > n->fusion_cap) {
-        if (n->fusion) api.p_cudaFree(n->fusion);
-        n->fusion = NULL;
-        n->fusion_cap = 0;
-        size_t cap = 1u << 20;
-        while (cap < bytes)
-            cap *= 2;
-        cr = api.p_cudaMalloc(&n->fusion, cap);
-        if (cr != cudaSuccess)
-            return cuda_fail(err, cr, "cudaMalloc of the fusion buffer", g->entries[0]->name);
-        n->fusion_cap = cap;
-    }
+    if (!n->fusion || bytes > n->fusion_cap || n->fusion_device != n->device)
+        return hvd_err_set(err, HVD_E_INTERNAL,
+                           "internal error: the device fusion buffer was not reserved for '%s'",
+                           g->entries[0]->name);
     char *fb = n->fusion;
-    activity(x, g, "MEMCPY_IN_FUSION_BUFFER");
+    rt_ops_activity(x, g, "MEMCPY_IN_FUSION_BUFFER");
     size_t off = 0;
     for (size_t i = 0; i < g->n; i++) {
         size_t b = (size_t)g->entries[i]->p.count * es;
@@ -359,7 +407,7 @@ static int exec_allreduce(rt_exec *x, rt_nccl *n, rt_group *g, hvd_err *err) {
     phase_end(x, n, g);
     int rc = reduce_in_place(x, n, g, fb, g->total_elems, err);
     if (rc != 0) return rc;
-    activity(x, g, "MEMCPY_OUT_FUSION_BUFFER");
+    rt_ops_activity(x, g, "MEMCPY_OUT_FUSION_BUFFER");
     off = 0;
     for (size_t i = 0; i < g->n; i++) {
         size_t b = (size_t)g->entries[i]->p.count * es;
@@ -375,32 +423,54 @@ static int exec_allreduce(rt_exec *x, rt_nccl *n, rt_group *g, hvd_err *err) {
     return 0;
 }
 
+/* Allocates the device result of an allgather or alltoall (bytes) and agrees over MPI, before
+ * any data moves, that every rank has it and its row counts (rows_ok). Returns 0 with *data
+ * (NULL for 0 bytes), or -1 with the same err on every rank and nothing allocated. */
+static int device_output(rt_exec *x, const char *op, const char *name, size_t bytes, bool rows_ok,
+                         void **data, hvd_err *err) {
+    *data = NULL;
+    bool ok = rows_ok;
+    if (bytes && api.p_cudaMalloc(data, bytes) != cudaSuccess) {
+        *data = NULL;
+        ok = false;
+    }
+    int failed_rank = -1;
+    int rc = rt_ops_agree(x, ok, &failed_rank, NULL);
+    if (rc == MPI_SUCCESS && failed_rank < 0) return 0;
+    if (*data) api.p_cudaFree(*data);
+    *data = NULL;
+    if (rc != MPI_SUCCESS)
+        return hvd_err_set(err, HVD_E_INTERNAL, "MPI_Allreduce of %s checks for '%s' failed", op,
+                           name);
+    return hvd_err_set(err, HVD_E_INTERNAL,
+                       "%s of tensor '%s' failed: rank %d ran out of memory for its result", op,
+                       name, failed_rank);
+}
+
 static int exec_allgather(rt_exec *x, rt_nccl *n, rt_group *g, hvd_err *err) {
     rt_entry *e = g->entries[0];
     int size = x->size;
     size_t row_bytes = (size_t)e->p.row_elems * rt_dtype_size(e->p.dtype);
-    int64_t *rank_rows = rt_xcalloc((size_t)size, sizeof *rank_rows);
-    int rc = MPI_Allgather(&e->rows, 1, MPI_INT64_T, rank_rows, 1, MPI_INT64_T, x->comm);
+    /* Without memory for the row counts this rank still takes part, counting in scratch. */
+    int64_t *rank_rows = calloc((size_t)size, sizeof *rank_rows);
+    int64_t *rows = rank_rows ? rank_rows : x->rows;
+    int rc = MPI_Allgather(&e->rows, 1, MPI_INT64_T, rows, 1, MPI_INT64_T, x->comm);
     if (rc != MPI_SUCCESS) {
         free(rank_rows);
-        return rt_err(err, HVD_E_INTERNAL, "MPI_Allgather of first dimensions for '%s' failed",
-                      e->name);
+        return hvd_err_set(err, HVD_E_INTERNAL, "MPI_Allgather of first dimensions for '%s' failed",
+                           e->name);
     }
     int64_t total = 0;
     for (int r = 0; r < size; r++)
-        total += rank_rows[r];
-    void *data = NULL;
+        total += rows[r];
     size_t bytes = (size_t)total * row_bytes;
+    void *data;
+    if (device_output(x, "allgather", e->name, bytes, rank_rows != NULL, &data, err) != 0) {
+        free(rank_rows);
+        return -1;
+    }
     if (bytes) {
-        cudaError_t cr = api.p_cudaMalloc(&data, bytes);
-        if (cr != cudaSuccess) {
-            /* Other ranks are about to enter the grouped broadcasts: this rank cannot back out
-             * alone, and running out of device memory here is not recoverable. */
-            rt_log("cudaMalloc of %zu bytes for allgather of '%s' failed: %s", bytes, e->name,
-                   api.p_cudaGetErrorString(cr));
-            abort();
-        }
-        activity(x, g, "NCCL_ALLGATHER");
+        rt_ops_activity(x, g, "NCCL_ALLGATHER");
         api.p_ncclGroupStart();
         size_t off = 0;
         for (int r = 0; r < size; r++) {
@@ -429,7 +499,7 @@ static int exec_broadcast(rt_exec *x, rt_nccl *n, rt_group *g, hvd_err *err) {
     rt_entry *e = g->entries[0];
     size_t bytes = (size_t)e->p.count * rt_dtype_size(e->p.dtype);
     if (!bytes) return 0;
-    activity(x, g, "NCCL_BROADCAST");
+    rt_ops_activity(x, g, "NCCL_BROADCAST");
     ncclResult_t nr =
         api.p_ncclBroadcast(e->out, e->out, bytes, ncclUint8, e->p.root, n->comm, n->stream);
     phase_end(x, n, g);
@@ -440,28 +510,25 @@ static int exec_alltoall(rt_exec *x, rt_nccl *n, rt_group *g, hvd_err *err) {
     rt_entry *e = g->entries[0];
     int size = x->size;
     size_t row_bytes = (size_t)e->p.row_elems * rt_dtype_size(e->p.dtype);
-    int64_t *recv_rows = rt_xcalloc((size_t)size, sizeof *recv_rows);
-    if (MPI_Alltoall(e->splits, 1, MPI_INT64_T, recv_rows, 1, MPI_INT64_T, x->comm) !=
-        MPI_SUCCESS) {
+    int64_t *recv_rows = calloc((size_t)size, sizeof *recv_rows);
+    int64_t *rows = recv_rows ? recv_rows : x->rows;
+    if (MPI_Alltoall(e->splits, 1, MPI_INT64_T, rows, 1, MPI_INT64_T, x->comm) != MPI_SUCCESS) {
         free(recv_rows);
-        return rt_err(err, HVD_E_INTERNAL, "MPI_Alltoall of split sizes for '%s' failed", e->name);
+        return hvd_err_set(err, HVD_E_INTERNAL, "MPI_Alltoall of split sizes for '%s' failed",
+                           e->name);
     }
     int64_t total = 0;
     for (int r = 0; r < size; r++)
-        total += recv_rows[r];
+        total += rows[r];
     size_t bytes = (size_t)total * row_bytes;
-    void *data = NULL;
-    if (bytes) {
-        cudaError_t cr = api.p_cudaMalloc(&data, bytes);
-        if (cr != cudaSuccess) {
-            rt_log("cudaMalloc of %zu bytes for alltoall of '%s' failed: %s", bytes, e->name,
-                   api.p_cudaGetErrorString(cr));
-            abort();
-        }
+    void *data;
+    if (device_output(x, "alltoall", e->name, bytes, recv_rows != NULL, &data, err) != 0) {
+        free(recv_rows);
+        return -1;
     }
     ncclResult_t nr = ncclSuccess;
     if (row_bytes) {
-        activity(x, g, "NCCL_ALLTOALL");
+        rt_ops_activity(x, g, "NCCL_ALLTOALL");
         api.p_ncclGroupStart();
         size_t soff = 0, roff = 0;
         for (int r = 0; r < size; r++) {
@@ -494,7 +561,7 @@ static int exec_reducescatter(rt_exec *x, rt_nccl *n, rt_group *g, hvd_err *err)
     int size = x->size;
     size_t es = rt_dtype_size(e->p.dtype);
     int64_t first_dim = e->p.count / e->p.row_elems;
-    activity(x, g, "NCCL_REDUCESCATTER");
+    rt_ops_activity(x, g, "NCCL_REDUCESCATTER");
     api.p_ncclGroupStart();
     int64_t off = 0;
     for (int r = 0; r < size; r++) {
@@ -518,7 +585,7 @@ int rt_nccl_execute(rt_exec *x, rt_group *g, hvd_err *err) {
     /* Submission already refused device buffers when CUDA is unavailable, so every rank
      * running this has it. */
     const char *why = rt_cuda_unavailable();
-    if (why) return rt_err(err, HVD_E_STATE, "tensor '%s': %s", e0->name, why);
+    if (why) return hvd_err_set(err, HVD_E_STATE, "tensor '%s': %s", e0->name, why);
     if (ensure_comm(x, n, e0->device, e0->name, err) != 0) return -1;
     int rc;
     switch (g->p.optype) {
@@ -538,8 +605,8 @@ int rt_nccl_execute(rt_exec *x, rt_group *g, hvd_err *err) {
         rc = exec_reducescatter(x, n, g, err);
         break;
     default:
-        rc = rt_err(err, HVD_E_INTERNAL, "collective type %d has no NCCL implementation",
-                    g->p.optype);
+        rc = hvd_err_set(err, HVD_E_INTERNAL, "collective type %d has no NCCL implementation",
+                         g->p.optype);
         break;
     }
     /* Results must be on the device before the handle completes. */

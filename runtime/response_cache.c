@@ -1,4 +1,4 @@
-/* The response cache (HOROVOD_CACHE_CAPACITY).
+/* The response cache (response_cache.h).
  *
  * Once a name has been negotiated, its agreed parameters are kept in a numbered slot. When a
  * rank later submits the same name with the same parameters, it only sets that slot's bit in
@@ -6,37 +6,43 @@
  * This only works if slot numbers are identical on every rank, so the cache is changed only
  * by the engine in response to the globally agreed response order: puts and touches happen in
  * that order, and eviction is LRU over that order. */
-#include "internal.h"
+#include "response_cache.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct rt_cache_slot {
-    char *name; /* NULL when free */
+    const char *name; /* the key in by_name; NULL when free */
     rt_params p;
     int prev, next; /* LRU links (or free list via next) */
     void *user;     /* the engine's pending entry waiting on this slot */
 };
 
-void rt_cache_init(rt_cache *c, int capacity) {
-    c->capacity = capacity > 0 ? capacity : 0;
-    c->slots = c->capacity ? rt_xcalloc((size_t)c->capacity, sizeof *c->slots) : NULL;
+int rt_cache_init(rt_cache *c, int capacity) {
+    memset(c, 0, sizeof *c);
     rt_strmap_init(&c->by_name);
-    c->lru_head = c->lru_tail = -1;
-    c->free_head = c->capacity ? 0 : -1;
+    c->lru_head = c->lru_tail = c->free_head = -1;
+    if (capacity <= 0) return 0;
+    c->slots = calloc((size_t)capacity, sizeof *c->slots);
+    if (!c->slots || rt_strmap_reserve(&c->by_name, (size_t)capacity) != 0) {
+        rt_cache_free(c);
+        return -1;
+    }
+    c->capacity = capacity;
+    c->free_head = 0;
     for (int i = 0; i < c->capacity; i++) {
         c->slots[i].next = i + 1 < c->capacity ? i + 1 : -1;
         c->slots[i].prev = -1;
     }
+    return 0;
 }
 
 void rt_cache_free(rt_cache *c) {
-    for (int i = 0; i < c->capacity; i++)
-        free(c->slots[i].name);
     free(c->slots);
-    rt_strmap_free(&c->by_name);
+    rt_strmap_free(&c->by_name); /* the names */
     memset(c, 0, sizeof *c);
+    c->lru_head = c->lru_tail = c->free_head = -1;
 }
 
 int rt_cache_lookup(const rt_cache *c, const char *name) {
@@ -83,8 +89,7 @@ void rt_cache_touch(rt_cache *c, int slot) {
 void rt_cache_erase(rt_cache *c, int slot) {
     struct rt_cache_slot *x = &c->slots[slot];
     if (!x->name) return;
-    rt_strmap_del(&c->by_name, x->name);
-    free(x->name);
+    rt_strmap_del(&c->by_name, x->name); /* frees the name */
     x->name = NULL;
     x->user = NULL;
     lru_unlink(c, slot);
@@ -92,11 +97,15 @@ void rt_cache_erase(rt_cache *c, int slot) {
     c->free_head = slot;
 }
 
-int rt_cache_put(rt_cache *c, const char *name, const rt_params *p, void **evicted_user) {
+int rt_cache_put(rt_cache *c, char *name, const rt_params *p, void **evicted_user) {
     *evicted_user = NULL;
-    if (c->capacity == 0) return -1;
+    if (c->capacity == 0) {
+        free(name);
+        return -1;
+    }
     int s = rt_cache_lookup(c, name);
     if (s >= 0) {
+        free(name);
         c->slots[s].p = *p;
         rt_cache_touch(c, s);
         return s;
@@ -107,11 +116,13 @@ int rt_cache_put(rt_cache *c, const char *name, const rt_params *p, void **evict
     }
     s = c->free_head;
     c->free_head = c->slots[s].next;
-    c->slots[s].name = rt_xstrdup(name);
+    /* Cannot fail: the index was reserved for `capacity` names at init, and this name is
+     * new, so the map adopts it without growing. */
+    rt_strmap_put_owned(&c->by_name, name, (void *)(intptr_t)(s + 1));
+    c->slots[s].name = name;
     c->slots[s].p = *p;
     c->slots[s].user = NULL;
     lru_push_front(c, s);
-    rt_strmap_put(&c->by_name, name, (void *)(intptr_t)(s + 1));
     return s;
 }
 

@@ -1,7 +1,8 @@
-/* String-keyed hash map with linear probing and backward-shift deletion (no tombstones, so
- * a map that sees millions of insert/delete pairs over a training run never degrades). */
-#include "internal.h"
+/* String-keyed hash map (strmap.h). */
+#include "strmap.h"
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,35 +60,66 @@ static void insert_slot(rt_strmap *m, char *key, uint64_t h, void *value) {
     m->slots[i].value = value;
 }
 
-static void grow(rt_strmap *m) {
+/* Rehashes into a table of new_cap slots. Returns 0, or -1 on out of memory (unchanged). */
+static int rehash(rt_strmap *m, size_t new_cap) {
+    struct rt_strmap_slot *slots = calloc(new_cap, sizeof *slots);
+    if (!slots) return -1;
     size_t old_cap = m->capacity;
     struct rt_strmap_slot *old = m->slots;
-    m->capacity = old_cap ? old_cap * 2 : 16;
-    m->slots = rt_xcalloc(m->capacity, sizeof *m->slots);
+    m->slots = slots;
+    m->capacity = new_cap;
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].key) insert_slot(m, old[i].key, old[i].hash, old[i].value);
     free(old);
+    return 0;
 }
 
-void rt_strmap_put(rt_strmap *m, const char *key, void *value) {
+int rt_strmap_reserve(rt_strmap *m, size_t n) {
+    size_t cap = m->capacity ? m->capacity : 16;
+    while (n * 4 > cap * 3) /* keep the load under 3/4 */
+        cap *= 2;
+    return cap == m->capacity ? 0 : rehash(m, cap);
+}
+
+int rt_strmap_put_owned(rt_strmap *m, char *key, void *value) {
     uint64_t h = hash_str(key);
     long i = find(m, key, h);
     if (i >= 0) {
         m->slots[i].value = value;
-        return;
+        free(key);
+        return 0;
     }
-    if ((m->count + 1) * 4 > m->capacity * 3) grow(m); /* keep the load under 3/4 */
-    insert_slot(m, rt_xstrdup(key), h, value);
+    if (rt_strmap_reserve(m, m->count + 1) != 0) return -1;
+    insert_slot(m, key, h, value);
     m->count++;
+    return 0;
 }
 
-void *rt_strmap_del(rt_strmap *m, const char *key) {
+int rt_strmap_put(rt_strmap *m, const char *key, void *value) {
+    uint64_t h = hash_str(key);
+    long i = find(m, key, h);
+    if (i >= 0) {
+        m->slots[i].value = value;
+        return 0;
+    }
+    char *copy = strdup(key);
+    if (!copy || rt_strmap_reserve(m, m->count + 1) != 0) {
+        free(copy);
+        return -1;
+    }
+    insert_slot(m, copy, h, value);
+    m->count++;
+    return 0;
+}
+
+void *rt_strmap_take(rt_strmap *m, const char *key, char **stored_key) {
+    *stored_key = NULL;
     long found = find(m, key, hash_str(key));
     if (found < 0) return NULL;
     size_t mask = m->capacity - 1;
     size_t i = (size_t)found;
     void *value = m->slots[i].value;
-    free(m->slots[i].key);
+    *stored_key = m->slots[i].key; /* may be `key` itself: not read after this */
     m->slots[i].key = NULL;
     m->count--;
     /* Shift back later members of the probe run whose home slot is not between the hole and
@@ -101,6 +133,13 @@ void *rt_strmap_del(rt_strmap *m, const char *key) {
             i = j;
         }
     }
+    return value;
+}
+
+void *rt_strmap_del(rt_strmap *m, const char *key) {
+    char *stored;
+    void *value = rt_strmap_take(m, key, &stored);
+    free(stored);
     return value;
 }
 

@@ -1,14 +1,30 @@
-/* The timeline (HOROVOD_TIMELINE=file.json): a Chrome-trace JSON array that Perfetto and
- * chrome://tracing open. Like Horovod's, each tensor gets its own row (a "process" named after
- * the tensor); on it, NEGOTIATE_<OP> spans the time from the first request the coordinator
- * saw until the tensor was ready on every rank (with an instant event per rank's request),
- * followed by the <OP> span with nested QUEUE, MEMCPY_IN_FUSION_BUFFER, the collective
- * (MPI_ALLREDUCE, NCCL_ALLREDUCE, ...) and MEMCPY_OUT_FUSION_BUFFER spans. Written by rank 0
- * from the background thread only, so it needs no lock. */
-#include "internal.h"
+/* The timeline (timeline.h). Like Horovod's, each tensor gets its own row (a "process" named
+ * after the tensor); on it, NEGOTIATE_<OP> spans the time from the first request the
+ * coordinator saw until the tensor was ready on every rank (with an instant event per rank's
+ * request), followed by the <OP> span with nested QUEUE, MEMCPY_IN_FUSION_BUFFER, the
+ * collective (MPI_ALLREDUCE, NCCL_ALLREDUCE, ...) and MEMCPY_OUT_FUSION_BUFFER spans.
+ *
+ * The file stays a stream: each event is built as one jansson object and dumped at once, so a
+ * long run never holds its trace in memory, and jansson does the escaping of tensor names.
+ * The timeline is a diagnostic: when memory or the disk fails, events are dropped (and the
+ * loss is logged once) rather than the collectives failing. */
+#include "timeline.h"
 
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/clock.h"
+#include "log.h"
+#include "params.h"
+#include "strmap.h"
+
+/* Timestamps are microseconds since the file was opened, printed to the nanosecond (13
+ * significant digits cover more than a day). */
+#define TL_DUMP_FLAGS (JSON_REAL_PRECISION(13))
 
 typedef struct tl_tensor {
     int pid;
@@ -22,25 +38,32 @@ struct rt_timeline {
     rt_strmap tensors; /* name -> tl_tensor* */
     int next_pid;
     bool first; /* no event written yet (no leading comma) */
+    bool lossy; /* an event was dropped (logged once) */
 };
 
 rt_timeline *rt_timeline_open(const char *path, hvd_err *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        rt_err(err, HVD_E_IO,
-               "cannot open the timeline file %s named by HOROVOD_TIMELINE: %m; is the "
-               "directory there and writable?",
-               path);
+    rt_timeline *tl = calloc(1, sizeof *tl);
+    if (tl) tl->path = strdup(path);
+    if (!tl || !tl->path) {
+        free(tl);
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory opening the timeline %s", path);
         return NULL;
     }
-    rt_timeline *tl = rt_xcalloc(1, sizeof *tl);
-    tl->f = f;
-    tl->path = rt_xstrdup(path);
-    tl->start_ns = rt_now_ns();
+    tl->f = fopen(path, "w");
+    if (!tl->f) {
+        hvd_err_set(err, HVD_E_IO,
+                    "cannot open the timeline file %s named by HOROVOD_TIMELINE: %s; is the "
+                    "directory there and writable?",
+                    path, strerror(errno));
+        free(tl->path);
+        free(tl);
+        return NULL;
+    }
+    tl->start_ns = hvd_now_ns();
     rt_strmap_init(&tl->tensors);
     tl->next_pid = 1;
     tl->first = true;
-    fputs("[\n", f);
+    fputs("[\n", tl->f);
     return tl;
 }
 
@@ -61,63 +84,80 @@ void rt_timeline_flush(rt_timeline *tl) {
     if (tl) fflush(tl->f);
 }
 
-/* Writes s as the body of a JSON string. */
-static void put_json_str(FILE *f, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
+static void lost(rt_timeline *tl, const char *why) {
+    if (!tl->lossy) rt_log("timeline %s: %s; some events are missing from it", tl->path, why);
+    tl->lossy = true;
 }
 
-static void begin_event(rt_timeline *tl) {
+/* Writes one event (and releases it): the array's separator, then the object. */
+static void emit(rt_timeline *tl, json_t *ev) {
+    if (!ev) {
+        lost(tl, "out of memory");
+        return;
+    }
     if (!tl->first) fputs(",\n", tl->f);
-    tl->first = false;
+    if (json_dumpf(ev, tl->f, TL_DUMP_FLAGS) != 0)
+        lost(tl, "writing an event failed");
+    else
+        tl->first = false;
+    json_decref(ev);
 }
 
 static double now_us(const rt_timeline *tl) {
-    return (double)(rt_now_ns() - tl->start_ns) / 1000.0;
+    return (double)(hvd_now_ns() - tl->start_ns) / 1000.0;
 }
 
+/* A tensor name as a JSON string. JSON text is UTF-8; a name that is not valid UTF-8 is shown
+ * with '?' for each byte outside ASCII rather than losing its row. */
+static json_t *name_value(const char *name) {
+    json_t *v = json_string(name);
+    if (v) return v;
+    char *copy = strdup(name);
+    if (!copy) return NULL;
+    for (char *c = copy; *c; c++)
+        if ((unsigned char)*c >= 0x80) *c = '?';
+    v = json_string(copy);
+    free(copy);
+    return v;
+}
+
+/* The tensor's row, created (with its name and sort order) on first use; NULL when out of
+ * memory. */
 static tl_tensor *tensor(rt_timeline *tl, const char *name) {
     tl_tensor *t = rt_strmap_get(&tl->tensors, name);
     if (t) return t;
-    t = rt_xcalloc(1, sizeof *t);
+    t = calloc(1, sizeof *t);
+    if (!t || rt_strmap_put(&tl->tensors, name, t) != 0) {
+        free(t);
+        lost(tl, "out of memory");
+        return NULL;
+    }
     t->pid = tl->next_pid++;
-    rt_strmap_put(&tl->tensors, name, t);
-    begin_event(tl);
-    fprintf(tl->f,
-            "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"",
-            t->pid);
-    put_json_str(tl->f, name);
-    fputs("\"}}", tl->f);
-    begin_event(tl);
-    fprintf(tl->f,
-            "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"args\": "
-            "{\"sort_index\": %d}}",
-            t->pid, t->pid);
+    emit(tl, json_pack("{s:s, s:s, s:i, s:{s:o}}", "name", "process_name", "ph", "M", "pid", t->pid,
+                       "args", "name", name_value(name)));
+    emit(tl, json_pack("{s:s, s:s, s:i, s:{s:i}}", "name", "process_sort_index", "ph", "M", "pid",
+                       t->pid, "args", "sort_index", t->pid));
     return t;
 }
 
 static void span_begin(rt_timeline *tl, tl_tensor *t, const char *what) {
-    begin_event(tl);
-    fprintf(tl->f, "{\"name\": \"");
-    put_json_str(tl->f, what);
-    fprintf(tl->f, "\", \"ph\": \"B\", \"ts\": %.3f, \"pid\": %d, \"tid\": 0}", now_us(tl), t->pid);
+    emit(tl, json_pack("{s:s, s:s, s:f, s:i, s:i}", "name", what, "ph", "B", "ts", now_us(tl),
+                       "pid", t->pid, "tid", 0));
 }
 
 static void span_end(rt_timeline *tl, tl_tensor *t) {
-    begin_event(tl);
-    fprintf(tl->f, "{\"ph\": \"E\", \"ts\": %.3f, \"pid\": %d, \"tid\": 0}", now_us(tl), t->pid);
+    emit(tl,
+         json_pack("{s:s, s:f, s:i, s:i}", "ph", "E", "ts", now_us(tl), "pid", t->pid, "tid", 0));
+}
+
+static void instant(rt_timeline *tl, tl_tensor *t, const char *what) {
+    emit(tl, json_pack("{s:s, s:s, s:s, s:f, s:i, s:i}", "name", what, "ph", "i", "s", "t", "ts",
+                       now_us(tl), "pid", t->pid, "tid", 0));
 }
 
 void rt_timeline_negotiate_start(rt_timeline *tl, const char *name, int optype) {
-    if (!tl) return;
-    tl_tensor *t = tensor(tl, name);
-    if (t->negotiating) return;
+    tl_tensor *t = tl ? tensor(tl, name) : NULL;
+    if (!t || t->negotiating) return;
     t->negotiating = true;
     char what[64];
     snprintf(what, sizeof what, "NEGOTIATE_%s", rt_optype_upper_name(optype));
@@ -125,39 +165,31 @@ void rt_timeline_negotiate_start(rt_timeline *tl, const char *name, int optype) 
 }
 
 void rt_timeline_negotiate_rank(rt_timeline *tl, const char *name, int rank) {
-    if (!tl) return;
-    tl_tensor *t = tensor(tl, name);
-    begin_event(tl);
-    fprintf(
-        tl->f,
-        "{\"name\": \"%d\", \"ph\": \"i\", \"s\": \"t\", \"ts\": %.3f, \"pid\": %d, \"tid\": 0}",
-        rank, now_us(tl), t->pid);
+    tl_tensor *t = tl ? tensor(tl, name) : NULL;
+    if (!t) return;
+    char what[16];
+    snprintf(what, sizeof what, "%d", rank);
+    instant(tl, t, what);
 }
 
 void rt_timeline_negotiate_end(rt_timeline *tl, const char *name) {
-    if (!tl) return;
-    tl_tensor *t = tensor(tl, name);
-    if (!t->negotiating) return;
+    tl_tensor *t = tl ? tensor(tl, name) : NULL;
+    if (!t || !t->negotiating) return;
     t->negotiating = false;
     span_end(tl, t);
 }
 
 void rt_timeline_start(rt_timeline *tl, const char *name, const char *activity) {
-    if (!tl) return;
-    span_begin(tl, tensor(tl, name), activity);
+    tl_tensor *t = tl ? tensor(tl, name) : NULL;
+    if (t) span_begin(tl, t, activity);
 }
 
 void rt_timeline_end(rt_timeline *tl, const char *name) {
-    if (!tl) return;
-    span_end(tl, tensor(tl, name));
+    tl_tensor *t = tl ? tensor(tl, name) : NULL;
+    if (t) span_end(tl, t);
 }
 
 void rt_timeline_mark(rt_timeline *tl, const char *name, const char *what) {
-    if (!tl) return;
-    tl_tensor *t = tensor(tl, name);
-    begin_event(tl);
-    fprintf(tl->f, "{\"name\": \"");
-    put_json_str(tl->f, what);
-    fprintf(tl->f, "\", \"ph\": \"i\", \"s\": \"t\", \"ts\": %.3f, \"pid\": %d, \"tid\": 0}",
-            now_us(tl), t->pid);
+    tl_tensor *t = tl ? tensor(tl, name) : NULL;
+    if (t) instant(tl, t, what);
 }

@@ -1,6 +1,6 @@
 /* Element types: sizes, names, binary16/bfloat16 conversion, and the host kernels that
  * reduce and scale buffers (used by the MPI ops for f16/bf16 and by fused scaling). */
-#include "internal.h"
+#include "types.h"
 
 #include <math.h>
 #include <string.h>

@@ -5,15 +5,21 @@
  *  2. Many small tensors: 1000 x 4 KiB float32 per step, submitted asynchronously and fused
  *     by the runtime, vs one MPI_Allreduce per tensor.
  *  3. Negotiation cost per cycle with and without the response cache, for 100 and 1000
- *     tensors per cycle, two ways: (a) the negotiation machinery alone (runtime/controller.c
- *     driven in a lock-step loop on a private communicator: the cache path's one bit-vector
- *     allreduce vs the full path's bit vector + gather + broadcast with the coordinator
- *     matching every name), and (b) end to end, steps of one-element tensors through the
- *     runtime with HOROVOD_CACHE_CAPACITY=1024 (default) vs 0.
+ *     tensors per step, two ways, both through the public API only (include/hvd/runtime.h):
+ *     (a) the time the runtime's own counters (hvd_get_stats: busy_negotiation_ns over
+ *     busy_cycles) give per cycle that scheduled tensors, with HOROVOD_CYCLE_TIME=0 so that
+ *     cycles run back to back and the ranks negotiate in lock-step instead of waiting for each
+ *     other's next cycle: the cache path's one bit-vector allreduce (HOROVOD_CACHE_CAPACITY =
+ *     the number of names) vs the full path's bit vector + gather + broadcast with the
+ *     coordinator matching every name (capacity 0); and (b) end to end, steps of one-element
+ *     tensors through the runtime with HOROVOD_CACHE_CAPACITY=1024 (default) vs 0.
  *
  * The raw MPI loops run while the runtime is not started (its background thread would
  * otherwise share the cores), before and after the runtime phases; the table uses their mean.
- * Results are checked, so a fast wrong answer cannot pass. Times are the maximum over ranks.
+ * Results are checked, so a fast wrong answer cannot pass. Times are the maximum over ranks,
+ * except (a): the rank that reaches each negotiation last waits least for the others, so the
+ * minimum over ranks is the closest to the negotiation's own cost (the maximum is printed
+ * too, in brackets).
  *
  * Options: --large-iters N (5), --small-steps N (10), --neg-steps N (50) */
 #include <math.h>
@@ -21,8 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "../../runtime/internal.h" /* (a) drives the controller directly */
 #include "hvd/runtime.h"
 
 static int rank_, size_;
@@ -143,10 +149,13 @@ static double small_hvd(float *in, float *out, int steps) {
 }
 
 typedef struct neg_result {
-    double step_s;        /* median step time */
-    double neg_per_cycle; /* mean time in negotiation of cycles that scheduled tensors,
-                             waiting for the slowest rank included */
-    double cached_frac;   /* fraction of tensors scheduled from the cache */
+    double step_s;           /* median step time */
+    double cached_frac;      /* fraction of tensors scheduled from the cache */
+    double neg_min, neg_max; /* mean time in negotiation of the cycles that scheduled tensors,
+                                over ranks: least and most */
+    double names_per_cycle;  /* tensors scheduled per such cycle */
+    double idle_cycle;       /* negotiation per cycle while nothing is submitted (least over
+                                ranks); set by negotiation_cost only */
 } neg_result;
 
 /* Steps of t one-element tensors: the data costs nothing, so the step time is the cycle wait
@@ -179,10 +188,18 @@ static neg_result negotiation(int t, int steps) {
     check_sum(out, (size_t)t, 1.0f, "negotiation step");
     double cycles = (double)(b.busy_cycles - a.busy_cycles);
     double ns = (double)(b.busy_negotiation_ns - a.busy_negotiation_ns);
-    double mine = cycles > 0 ? ns / cycles / 1e9 : 0, worst;
-    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    neg_result r = {median(t_s, steps), worst,
-                    (double)(b.cached_responses - a.cached_responses) / ((double)t * steps)};
+    double scheduled = (double)(b.cached_responses - a.cached_responses + b.negotiated_responses -
+                                a.negotiated_responses);
+    double mine = cycles > 0 ? ns / cycles / 1e9 : 0, least, most;
+    MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    neg_result r = {
+        .step_s = median(t_s, steps),
+        .cached_frac = (double)(b.cached_responses - a.cached_responses) / ((double)t * steps),
+        .neg_min = least,
+        .neg_max = most,
+        .names_per_cycle = cycles > 0 ? scheduled / cycles : 0,
+    };
     free(t_s);
     free(in);
     free(out);
@@ -190,70 +207,148 @@ static neg_result negotiation(int t, int steps) {
     return r;
 }
 
-/* (a): seconds per cycle of the negotiation machinery for t names, cache path and full path. */
-static void controller_cost(int t, int iters, double *cached_s, double *full_s) {
-    MPI_Comm comm;
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-    rt_controller c;
-    rt_controller_init(&c, comm, rank_, size_, NULL);
-    size_t words = ((size_t)t + 63) / 64;
-    uint64_t *hit = calloc(words, sizeof *hit), *bad = calloc(words, sizeof *bad);
-    for (int i = 0; i < t; i++)
-        hit[i / 64] |= 1ull << (i % 64);
-    rt_request *reqs = malloc(sizeof *reqs * (size_t)t);
-    char(*names)[32] = malloc(32 * (size_t)t);
-    for (int i = 0; i < t; i++) {
-        snprintf(names[i], 32, "bench.layer%d.weight.grad", i);
-        reqs[i].name = names[i];
-        memset(&reqs[i].p, 0, sizeof reqs[i].p);
-        reqs[i].p.optype = RT_ALLREDUCE;
-        reqs[i].p.dtype = HVD_FLOAT32;
-        reqs[i].p.count = 1024 + i;
-        reqs[i].p.row_elems = 1;
-        reqs[i].p.prescale = reqs[i].p.postscale = 1;
-    }
-    hvd_err err = {0};
-    rt_bits_result bits;
-    rt_response_list resp = {0};
-    for (int pass = 0; pass < 2; pass++) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = now();
-        for (int i = 0; i < iters; i++) {
-            if (rt_controller_sync_bits(&c, pass ? RT_FLAG_UNCACHED : 0, hit, bad, words, &bits,
-                                        &err) != 0)
-                die("sync_bits", &err);
-            if (pass == 0) {
-                if (bits.and_hit[0] != hit[0]) die("cache bits disagree", NULL);
-                continue;
-            }
-            rt_responses_clear(&resp);
-            if (rt_controller_negotiate(&c, 0, reqs, (size_t)t, &resp, &err) != 0)
-                die("negotiate", &err);
-            if (resp.n != (size_t)t || resp.v[0].error) die("negotiation result", NULL);
-        }
-        double el = max_time(now() - t0) / iters;
-        *(pass ? full_s : cached_s) = el;
-    }
-    rt_responses_free(&resp);
-    rt_controller_free(&c);
-    MPI_Comm_free(&comm);
-    free(hit);
-    free(bad);
-    free(reqs);
-    free(names);
-}
-
 static void start_runtime(void) {
     hvd_err err = {0};
     if (hvd_init(&err) != 0) die("hvd_init", &err);
 }
 
+static void nap_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Negotiation time per cycle while no rank submits anything: the bit-vector allreduce alone,
+ * in lock-step. Mean per cycle over a 10 ms window, best of 10 windows (other jobs on the
+ * machine preempt a background thread now and then), least over ranks. */
+static double idle_cycle_cost(void) {
+    double best = 1e30;
+    for (int w = 0; w < 10; w++) {
+        hvd_stats a, b;
+        MPI_Barrier(MPI_COMM_WORLD);
+        hvd_get_stats(&a);
+        nap_ms(10); /* sleeping, not in MPI: the background threads get the cores */
+        hvd_get_stats(&b);
+        double cycles = (double)(b.cycles - a.cycles);
+        double mean = (double)(b.negotiation_ns - a.negotiation_ns) / cycles / 1e9;
+        if (cycles > 0 && mean < best) best = mean;
+    }
+    double least;
+    MPI_Allreduce(&best, &least, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    return least;
+}
+
+/* (a): negotiation per cycle for steps of t names, cycles back to back (HOROVOD_CYCLE_TIME=0,
+ * so ranks negotiate in lock-step instead of waiting for each other's next cycle); cache on
+ * (t slots, the bit vector the cache path sends) or off (every step negotiated in full). */
+static neg_result negotiation_cost(int t, int steps, int cache) {
+    char slots[16];
+    snprintf(slots, sizeof slots, "%d", cache ? t : 0);
+    setenv("HOROVOD_CYCLE_TIME", "0", 1);
+    setenv("HOROVOD_CACHE_CAPACITY", slots, 1);
+    start_runtime();
+    double idle = idle_cycle_cost();
+    neg_result r = negotiation(t, steps);
+    r.idle_cycle = idle;
+    hvd_shutdown();
+    unsetenv("HOROVOD_CYCLE_TIME");
+    unsetenv("HOROVOD_CACHE_CAPACITY");
+    return r;
+}
+
+typedef struct options {
+    int large_iters, small_steps, neg_steps;
+} options;
+
+typedef struct results {
+    double raw_large[2], raw_small[2]; /* raw MPI before and after the runtime phases */
+    double hvd_large, hvd_small;
+    neg_result c100, c1000, n100, n1000; /* end to end, cache on / off */
+    neg_result cost[2][2];               /* [100, 1000 names][cache path, full path] */
+} results;
+
+/* Runs every phase in order: raw MPI, the runtime with and without the cache, the negotiation
+ * cost, raw MPI again. */
+static void run_all(const options *o, results *r) {
+    float *big_in = malloc(LARGE_N * sizeof(float)), *big_out = malloc(LARGE_N * sizeof(float));
+    float *sm_in = malloc(sizeof(float) * SMALL_T * SMALL_N);
+    float *sm_out = malloc(sizeof(float) * SMALL_T * SMALL_N);
+    for (size_t i = 0; i < LARGE_N; i++)
+        big_in[i] = 1.0f;
+    for (size_t i = 0; i < (size_t)SMALL_T * SMALL_N; i++)
+        sm_in[i] = 2.0f;
+
+    /* Raw MPI, runtime not started. */
+    r->raw_large[0] = large_raw(big_in, big_out, o->large_iters);
+    r->raw_small[0] = small_raw(sm_in, sm_out, o->small_steps);
+
+    /* The runtime, default settings (cache on, 128 MiB fusion, 1 ms cycle). */
+    unsetenv("HOROVOD_CACHE_CAPACITY");
+    start_runtime();
+    r->hvd_large = large_hvd(big_in, big_out, o->large_iters);
+    r->hvd_small = small_hvd(sm_in, sm_out, o->small_steps);
+    r->c100 = negotiation(100, o->neg_steps);
+    r->c1000 = negotiation(1000, o->neg_steps / 5 + 1);
+    hvd_shutdown();
+
+    /* Without the response cache. */
+    setenv("HOROVOD_CACHE_CAPACITY", "0", 1);
+    start_runtime();
+    r->n100 = negotiation(100, o->neg_steps);
+    r->n1000 = negotiation(1000, o->neg_steps / 5 + 1);
+    hvd_shutdown();
+
+    /* Negotiation per cycle, cycles back to back, cache on and off. */
+    r->cost[0][0] = negotiation_cost(100, 4 * o->neg_steps, 1);
+    r->cost[0][1] = negotiation_cost(100, 4 * o->neg_steps, 0);
+    r->cost[1][0] = negotiation_cost(1000, o->neg_steps, 1);
+    r->cost[1][1] = negotiation_cost(1000, o->neg_steps, 0);
+
+    r->raw_large[1] = large_raw(big_in, big_out, o->large_iters);
+    r->raw_small[1] = small_raw(sm_in, sm_out, o->small_steps);
+    free(big_in);
+    free(big_out);
+    free(sm_in);
+    free(sm_out);
+}
+
+static void print_results(const options *o, const results *r) {
+    double raw_large = (r->raw_large[0] + r->raw_large[1]) / 2;
+    double raw_small = (r->raw_small[0] + r->raw_small[1]) / 2;
+    double gib = 64.0 / 1024;
+    printf("ranks: %d\n", size_);
+    printf("large allreduce 64 MiB f32 (best of %d): MPI_Allreduce %.1f ms (%.2f GiB/s; runs "
+           "%.1f/%.1f ms), hvd_allreduce %.1f ms (%.2f GiB/s): ratio %.3f\n",
+           o->large_iters, raw_large * 1e3, gib / raw_large, r->raw_large[0] * 1e3,
+           r->raw_large[1] * 1e3, r->hvd_large * 1e3, gib / r->hvd_large, raw_large / r->hvd_large);
+    printf("1000 x 4 KiB per step (median of %d): MPI_Allreduce per tensor %.1f ms (runs "
+           "%.1f/%.1f ms), runtime fused %.2f ms: speed-up %.1fx\n",
+           o->small_steps, raw_small * 1e3, r->raw_small[0] * 1e3, r->raw_small[1] * 1e3,
+           r->hvd_small * 1e3, raw_small / r->hvd_small);
+    for (int i = 0; i < 2; i++) {
+        const neg_result *c = &r->cost[i][0], *f = &r->cost[i][1];
+        printf("negotiation per cycle, %d names (hvd_get_stats, cycles back to back): cache path "
+               "%.1f us (the bit vector: idle cycles), full path %.1f us (%.1fx; %.0f names per "
+               "cycle); cycles that scheduled the names, least/most over ranks: cache %.1f/%.1f "
+               "us, full %.1f/%.1f us\n",
+               i ? 1000 : 100, c->idle_cycle * 1e6, f->neg_min * 1e6, f->neg_min / c->idle_cycle,
+               f->names_per_cycle, c->neg_min * 1e6, c->neg_max * 1e6, f->neg_min * 1e6,
+               f->neg_max * 1e6);
+    }
+    printf("end to end, 100 one-element tensors/step (median of %d steps): cache on %.3f ms "
+           "(%.0f%% from the cache), cache off %.3f ms\n",
+           o->neg_steps, r->c100.step_s * 1e3, r->c100.cached_frac * 100, r->n100.step_s * 1e3);
+    printf("end to end, 1000 one-element tensors/step (median of %d steps): cache on %.3f ms "
+           "(%.0f%% from the cache), cache off %.3f ms\n",
+           o->neg_steps / 5 + 1, r->c1000.step_s * 1e3, r->c1000.cached_frac * 100,
+           r->n1000.step_s * 1e3);
+}
+
 int main(int argc, char **argv) {
-    int large_iters = 5, small_steps = 10, neg_steps = 50;
+    options o = {.large_iters = 5, .small_steps = 10, .neg_steps = 50};
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--large-iters")) large_iters = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--small-steps")) small_steps = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--neg-steps")) neg_steps = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--large-iters")) o.large_iters = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--small-steps")) o.small_steps = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--neg-steps")) o.neg_steps = atoi(argv[i + 1]);
     }
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -263,70 +358,9 @@ int main(int argc, char **argv) {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
-
-    float *big_in = malloc(LARGE_N * sizeof(float)), *big_out = malloc(LARGE_N * sizeof(float));
-    float *sm_in = malloc(sizeof(float) * SMALL_T * SMALL_N);
-    float *sm_out = malloc(sizeof(float) * SMALL_T * SMALL_N);
-    for (size_t i = 0; i < LARGE_N; i++)
-        big_in[i] = 1.0f;
-    for (size_t i = 0; i < (size_t)SMALL_T * SMALL_N; i++)
-        sm_in[i] = 2.0f;
-
-    /* Negotiation machinery alone, runtime not started. */
-    double cc100, cf100, cc1000, cf1000;
-    controller_cost(100, 400, &cc100, &cf100);
-    controller_cost(1000, 100, &cc1000, &cf1000);
-
-    /* Raw MPI, runtime not started. */
-    double raw_large1 = large_raw(big_in, big_out, large_iters);
-    double raw_small1 = small_raw(sm_in, sm_out, small_steps);
-
-    /* The runtime, default settings (cache on, 128 MiB fusion, 1 ms cycle). */
-    unsetenv("HOROVOD_CACHE_CAPACITY");
-    start_runtime();
-    double hvd_large = large_hvd(big_in, big_out, large_iters);
-    double hvd_small = small_hvd(sm_in, sm_out, small_steps);
-    neg_result c100 = negotiation(100, neg_steps), c1000 = negotiation(1000, neg_steps / 5 + 1);
-    hvd_shutdown();
-
-    /* Without the response cache. */
-    setenv("HOROVOD_CACHE_CAPACITY", "0", 1);
-    start_runtime();
-    neg_result n100 = negotiation(100, neg_steps), n1000 = negotiation(1000, neg_steps / 5 + 1);
-    hvd_shutdown();
-
-    double raw_large2 = large_raw(big_in, big_out, large_iters);
-    double raw_small2 = small_raw(sm_in, sm_out, small_steps);
-    double raw_large = (raw_large1 + raw_large2) / 2, raw_small = (raw_small1 + raw_small2) / 2;
-
-    if (rank_ == 0) {
-        double gib = 64.0 / 1024;
-        printf("ranks: %d\n", size_);
-        printf("large allreduce 64 MiB f32 (best of %d): MPI_Allreduce %.1f ms (%.2f GiB/s; runs "
-               "%.1f/%.1f ms), hvd_allreduce %.1f ms (%.2f GiB/s): ratio %.3f\n",
-               large_iters, raw_large * 1e3, gib / raw_large, raw_large1 * 1e3, raw_large2 * 1e3,
-               hvd_large * 1e3, gib / hvd_large, raw_large / hvd_large);
-        printf("1000 x 4 KiB per step (median of %d): MPI_Allreduce per tensor %.1f ms (runs "
-               "%.1f/%.1f ms), runtime fused %.2f ms: speed-up %.1fx\n",
-               small_steps, raw_small * 1e3, raw_small1 * 1e3, raw_small2 * 1e3, hvd_small * 1e3,
-               raw_small / hvd_small);
-        printf("negotiation machinery per cycle, 100 names:  cache path %.1f us, full path %.1f "
-               "us (%.1fx)\n",
-               cc100 * 1e6, cf100 * 1e6, cf100 / cc100);
-        printf("negotiation machinery per cycle, 1000 names: cache path %.1f us, full path %.1f "
-               "us (%.1fx)\n",
-               cc1000 * 1e6, cf1000 * 1e6, cf1000 / cc1000);
-        printf("end to end, 100 one-element tensors/step (median of %d steps): cache on %.3f ms "
-               "(%.0f%% from the cache), cache off %.3f ms\n",
-               neg_steps, c100.step_s * 1e3, c100.cached_frac * 100, n100.step_s * 1e3);
-        printf("end to end, 1000 one-element tensors/step (median of %d steps): cache on %.3f ms "
-               "(%.0f%% from the cache), cache off %.3f ms\n",
-               neg_steps / 5 + 1, c1000.step_s * 1e3, c1000.cached_frac * 100, n1000.step_s * 1e3);
-    }
-    free(big_in);
-    free(big_out);
-    free(sm_in);
-    free(sm_out);
+    results r;
+    run_all(&o, &r);
+    if (rank_ == 0) print_results(&o, &r);
     MPI_Finalize();
     return 0;
 }

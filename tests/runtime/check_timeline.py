@@ -6,8 +6,8 @@ import sys
 
 
 def main(path):
-    with open(path) as f:
-        events = json.load(f)  # raises on invalid JSON
+    with open(path, encoding="utf-8") as f:
+        events = json.load(f)  # raises on invalid JSON or text that is not UTF-8
     assert isinstance(events, list) and events, "not a non-empty JSON array"
     rows = {}
     for e in events:
@@ -54,6 +54,9 @@ def main(path):
     assert "NEGOTIATE_BROADCAST" in s and "BROADCAST" in s and "MPI_BCAST" in s, s
     s = [a for a, _ in spans("tl.gather")]
     assert "ALLGATHER" in s and "MPI_ALLGATHER" in s, s
+    # Quote, backslash and control characters survive; a byte that is not UTF-8 shows as '?'.
+    s = [a for a, _ in spans('tl.esc"\\\t\x01?')]
+    assert "BROADCAST" in s, s
     print(f"timeline ok: {len(events)} events, {len(rows)} tensors")
 
 

@@ -1,7 +1,12 @@
 /* Unit tests of the runtime's pieces that need no MPI job: f16/bf16 conversion, reduction
  * and scaling kernels, the string map, the response cache, the negotiation message codec and
  * the fusion planner. */
-#include "../../runtime/internal.h"
+#include "../../runtime/controller.h"
+#include "../../runtime/fusion.h"
+#include "../../runtime/message.h"
+#include "../../runtime/response_cache.h"
+#include "../../runtime/strmap.h"
+#include "../../runtime/types.h"
 #include "rt_testlib.h"
 
 static void test_half_conversions(void) {
@@ -101,7 +106,7 @@ static void test_strmap(void) {
     char key[32];
     for (int i = 0; i < 5000; i++) {
         snprintf(key, sizeof key, "k%d", i);
-        rt_strmap_put(&m, key, (void *)(intptr_t)(i + 1));
+        CHECK(rt_strmap_put(&m, key, (void *)(intptr_t)(i + 1)) == 0);
     }
     CHECK(m.count == 5000);
     /* Delete every third key; the rest must stay reachable (backward-shift deletion). */
@@ -121,6 +126,26 @@ static void test_strmap(void) {
         n++;
     CHECK(n == m.count);
     CHECK(rt_strmap_del(&m, "absent") == NULL);
+    /* take hands the stored key over; put_owned adopts one (and frees it on a replace). */
+    char *stored = NULL;
+    CHECK(rt_strmap_take(&m, "k1", &stored) == (void *)(intptr_t)2 && stored &&
+          strcmp(stored, "k1") == 0);
+    CHECK(rt_strmap_get(&m, "k1") == NULL);
+    CHECK(rt_strmap_put_owned(&m, stored, (void *)(intptr_t)7) == 0);
+    CHECK(rt_strmap_get(&m, "k1") == (void *)(intptr_t)7);
+    CHECK(rt_strmap_put_owned(&m, strdup("k1"), (void *)(intptr_t)8) == 0);
+    CHECK(rt_strmap_get(&m, "k1") == (void *)(intptr_t)8);
+    /* A reserved map takes that many entries without growing. */
+    rt_strmap r;
+    rt_strmap_init(&r);
+    CHECK(rt_strmap_reserve(&r, 100) == 0);
+    size_t cap = r.capacity;
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof key, "r%d", i);
+        CHECK(rt_strmap_put(&r, key, NULL) == 0);
+    }
+    CHECK(r.capacity == cap && r.count == 100);
+    rt_strmap_free(&r);
     rt_strmap_free(&m);
 }
 
@@ -138,8 +163,8 @@ static void test_cache(void) {
     /* Two caches fed the same sequence agree on every slot (what the bit vector relies on),
      * and eviction is least-recently-used. */
     rt_cache a, b;
-    rt_cache_init(&a, 3);
-    rt_cache_init(&b, 3);
+    CHECK(rt_cache_init(&a, 3) == 0);
+    CHECK(rt_cache_init(&b, 3) == 0);
     const char *seq[] = {"x", "y", "z", "x", "w", "y", "v"};
     void *ev;
     int entry = 42;
@@ -148,12 +173,12 @@ static void test_cache(void) {
         if (sa >= 0)
             rt_cache_touch(&a, sa);
         else
-            sa = rt_cache_put(&a, seq[i], &(rt_params){0}, &ev);
+            sa = rt_cache_put(&a, strdup(seq[i]), &(rt_params){0}, &ev);
         int sb = rt_cache_lookup(&b, seq[i]);
         if (sb >= 0)
             rt_cache_touch(&b, sb);
         else
-            sb = rt_cache_put(&b, seq[i], &(rt_params){0}, &ev);
+            sb = rt_cache_put(&b, strdup(seq[i]), &(rt_params){0}, &ev);
         CHECK(sa == sb && sa >= 0 && sa < 3);
     }
     /* x,y,z -> touch x -> w evicts y (LRU: y) -> y evicts z -> v evicts x */
@@ -166,7 +191,7 @@ static void test_cache(void) {
     rt_cache_touch(&a, rt_cache_lookup(&a, "y"));
     rt_cache_touch(&a, rt_cache_lookup(&a, "v"));
     rt_params p = mkp(10);
-    int s2 = rt_cache_put(&a, "new", &p, &ev);
+    int s2 = rt_cache_put(&a, strdup("new"), &p, &ev);
     CHECK(ev == &entry && s2 == s);
     CHECK(rt_params_equal(rt_cache_params(&a, s2), &p));
     CHECK(strcmp(rt_cache_name(&a, s2), "new") == 0);
@@ -176,8 +201,8 @@ static void test_cache(void) {
     rt_cache_free(&b);
     /* Capacity 0 disables the cache. */
     rt_cache z;
-    rt_cache_init(&z, 0);
-    CHECK(rt_cache_put(&z, "a", &p, &ev) == -1 && rt_cache_lookup(&z, "a") == -1);
+    CHECK(rt_cache_init(&z, 0) == 0);
+    CHECK(rt_cache_put(&z, strdup("a"), &p, &ev) == -1 && rt_cache_lookup(&z, "a") == -1);
     rt_cache_free(&z);
 }
 
@@ -186,8 +211,8 @@ static void test_codec(void) {
     reqs[1].p.optype = RT_BROADCAST;
     reqs[1].p.root = 3;
     reqs[2].p.prescale = 0.25;
-    rt_buf b = {0};
-    rt_encode_requests(&b, RT_FLAG_SHUTDOWN, reqs, 3);
+    hvd_buf b = {0};
+    CHECK(rt_encode_requests(&b, RT_FLAG_SHUTDOWN, reqs, 3) == 0);
     uint32_t flags;
     rt_request *got;
     size_t n;
@@ -213,9 +238,9 @@ static void test_codec(void) {
 
     rt_response_list l = {0}, back = {0};
     rt_params p = mkp(5);
-    rt_responses_push(&l, "a", &p, NULL, 0);
-    rt_responses_push(&l, "b", NULL, "tensor 'b' mismatched", HVD_E_INVALID);
-    rt_encode_responses(&b, &l);
+    CHECK(rt_responses_push(&l, "a", &p, NULL, 0) == 0);
+    CHECK(rt_responses_push(&l, "b", NULL, "tensor 'b' mismatched", HVD_E_INVALID) == 0);
+    CHECK(rt_encode_responses(&b, &l) == 0);
     CHECK(rt_decode_responses(b.data, b.len, &back, &err) == 0);
     CHECK(back.n == 2);
     if (back.n == 2) {
@@ -228,7 +253,7 @@ static void test_codec(void) {
     CHECK(rt_decode_responses(b.data, b.len - 1, &back, &err) == -1);
     rt_responses_free(&back);
     rt_responses_free(&l);
-    rt_buf_free(&b);
+    hvd_buf_free(&b);
 }
 
 static void test_fusion_plan(void) {
@@ -245,7 +270,7 @@ static void test_fusion_plan(void) {
     e[11].p.dtype = e[12].p.dtype = HVD_INT32;
     e[13].p.count = 1000;
     rt_group_list gl = {0};
-    rt_fusion_plan(v, 14, 1000, &gl);
+    CHECK(rt_fusion_plan(v, 14, 1000, &gl) == 0);
     size_t members = 0;
     int fused = 0;
     for (size_t i = 0; i < gl.n; i++) {
@@ -262,9 +287,15 @@ static void test_fusion_plan(void) {
     /* float32 x100: e[0..4] and e[6..10], ten of them, two per group */
     CHECK(gl.n == 5 /* float pairs */ + 1 /* bcast */ + 1 /* int32 pair */ + 1 /* big */);
     CHECK(fused == 6);
+    /* Members keep the agreed order inside each group, and groups are in order of their first
+     * member: e[0], e[1] fuse; e[2], e[3]; e[4] is followed by the broadcast, then e[6]... */
+    CHECK(gl.v[0].n == 2 && gl.v[0].entries[0] == &e[0] && gl.v[0].entries[1] == &e[1]);
+    CHECK(gl.v[2].n == 2 && gl.v[2].entries[0] == &e[4] && gl.v[2].entries[1] == &e[6]);
+    CHECK(gl.v[3].n == 1 && gl.v[3].entries[0] == &e[5]);
     rt_group_list_free(&gl);
-    /* Threshold 0 disables fusion. */
-    rt_fusion_plan(v, 14, 0, &gl);
+    /* Threshold 0 disables fusion; a reserved list plans that many entries. */
+    CHECK(rt_fusion_reserve(&gl, 14) == 0);
+    CHECK(rt_fusion_plan(v, 14, 0, &gl) == 0);
     CHECK(gl.n == 14);
     rt_group_list_free(&gl);
 }

@@ -1,6 +1,7 @@
 /* Produces a timeline (HOROVOD_TIMELINE is set by run_timeline.sh, which then checks the
  * file with check_timeline.py): fused allreduces over three steps (negotiated, then cached),
- * a broadcast and an allgather. Results are checked too. */
+ * a broadcast and an allgather, and a broadcast whose name needs escaping in JSON (a quote, a
+ * backslash, control characters and a byte that is not UTF-8). Results are checked too. */
 #include "rt_testlib.h"
 
 static void test_workload(void) {
@@ -28,6 +29,8 @@ static void test_workload(void) {
     CHECK(hvd_allgather("tl.gather", v, 1, 3, HVD_INT64, -1, &out, &err) == 0 &&
           out.first_dim == size);
     hvd_output_free(&out);
+    CHECK(hvd_broadcast("tl.esc\"\\\t\x01\xff", v, 3, HVD_INT64, 0, -1, &err) == 0 &&
+          v[2] == size - 1);
 }
 
 int main(void) {
