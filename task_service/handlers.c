@@ -2,110 +2,24 @@
  * run on the server's loop thread and never block: long-polls and subscriptions are held
  * calls with cancel callbacks; the one exception is RUN_COMMAND's fork of the keeper
  * process, which takes a few system calls. */
+#include "handlers.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/env.h"
+#include "common/proc.h"
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
+#include "held.h"
+#include "probe.h"
+#include "pump.h"
+#include "state.h"
 
-/* ---- Held calls ------------------------------------------------------------------------------ */
-
-static void sub_cancelled(void *arg) {
-    task_sub *s = arg;
-    s->call = NULL;
-    s->armed = false;
-    task_log(s->t, HVD_LOG_DEBUG, "a subscriber went away");
-    pump_call_gone(s->t);
-}
-
-static void waiter_cancelled(void *arg) {
-    task_waiter *w = arg;
-    w->call = NULL;
-    pump_call_gone(w->t);
-}
-
-/* Keeps call as a subscriber (active: receives output now). Fails it if out of memory. */
-static void add_sub(hvd_task *t, hvd_call *call, bool active) {
-    task_sub *s = calloc(1, sizeof *s);
-    if (!s) {
-        hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
-        return;
-    }
-    s->t = t;
-    s->call = call;
-    s->active = active;
-    task_sub **pp = &t->subs;
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = s;
-    hvd_call_on_cancel(call, sub_cancelled, s);
-}
-
-static void fail_held(hvd_call **call, int code, const char *msg) {
-    hvd_call *c = *call;
-    *call = NULL; /* before answering: a failed send cancels (and frees) the call */
-    hvd_call_fail(c, code, "%s", msg);
-}
-
-/* Fails the ATTACH calls held for a command and the WAIT_EXIT calls. */
-static void fail_waiting(hvd_task *t, int code, const char *msg) {
-    for (task_sub *s = t->subs; s; s = s->next)
-        if (s->call && !s->active) fail_held(&s->call, code, msg);
-    for (task_waiter *w = t->waiters; w; w = w->next)
-        if (w->call) fail_held(&w->call, code, msg);
-    pump_call_gone(t);
-}
-
-void task_loop_abort(void *arg) {
-    hvd_task *t = arg;
-    if (t->cmd) {
-        if (!t->ended) {
-            pthread_mutex_lock(&t->mu);
-            bool again = t->abort_sent;
-            t->abort_sent = true;
-            pthread_mutex_unlock(&t->mu);
-            if (again) return; /* the keeper is at it */
-            task_log(t, HVD_LOG_INFO,
-                     "aborting the command: SIGTERM to all its processes, SIGKILL after %d ms",
-                     t->cfg.grace_ms);
-            hvd_proc_abort(t->cmd);
-        }
-        return;
-    }
-    if (t->refused) return;
-    t->refused = true;
-    char msg[128];
-    snprintf(msg, sizeof msg, "%s was aborted before a command started", t->name);
-    fail_waiting(t, HVD_E_STATE, msg);
-}
-
-void task_loop_quiesce(void *arg) {
-    hvd_task *t = arg;
-    t->loop_stopping = true;
-    char msg[128];
-    snprintf(msg, sizeof msg, "%s is stopping before its command ended", t->name);
-    for (task_sub *s = t->subs; s; s = s->next) {
-        if (!s->call) continue;
-        if (t->ended)
-            pump_reply_exit(&s->call, t->exit_code);
-        else
-            fail_held(&s->call, HVD_E_SHUTDOWN, msg);
-    }
-    for (task_waiter *w = t->waiters; w; w = w->next) {
-        if (!w->call) continue;
-        if (t->ended)
-            pump_reply_exit(&w->call, t->exit_code);
-        else
-            fail_held(&w->call, HVD_E_SHUTDOWN, msg);
-    }
-    pump_sweep(t);
-    pthread_mutex_lock(&t->mu);
-    t->loop_quiesced = true;
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-}
+#define PROBE_ADDR_MS 2000 /* budget to reach one peer address */
 
 /* ---- RUN_COMMAND ----------------------------------------------------------------------------- */
 
@@ -243,7 +157,7 @@ static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
             for (task_sub *s = t->subs; s; s = s->next)
                 s->active = true; /* ATTACH calls held until now */
             if (req.attach) {
-                add_sub(t, call, true);
+                held_add_sub(t, call, true);
             } else {
                 hvd_call_reply(call, &hvd_ack_desc, NULL);
             }
@@ -269,7 +183,7 @@ static void on_attach(hvd_call *call, const msgpack_object *body, void *user) {
     } else if (stopping || t->loop_stopping) {
         hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
     } else {
-        add_sub(t, call, t->cmd != NULL);
+        held_add_sub(t, call, t->cmd != NULL);
         task_log(t, HVD_LOG_DEBUG, "%s attached%s", hvd_call_peer_host(call),
                  t->cmd ? "" : " (waiting for a command)");
     }
@@ -291,16 +205,7 @@ static void on_wait_exit(hvd_call *call, const msgpack_object *body, void *user)
         hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
         return;
     }
-    task_waiter *w = calloc(1, sizeof *w);
-    if (!w) {
-        hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
-        return;
-    }
-    w->t = t;
-    w->call = call;
-    w->next = t->waiters;
-    t->waiters = w;
-    hvd_call_on_cancel(call, waiter_cancelled, w);
+    held_add_waiter(t, call);
 }
 
 static void on_abort(hvd_call *call, const msgpack_object *body, void *user) {
@@ -379,7 +284,7 @@ static void *probe_main(void *arg) {
     hvd_err err;
     int64_t t0 = task_now_ms();
     /* peers is not written while this thread runs (see on_registration_done). */
-    if (probe_peers(&t->cfg.secret, t->cfg.index, &t->peers.tasks, TASK_PROBE_MS, &t->probe_cancel,
+    if (probe_peers(&t->cfg.secret, t->cfg.index, &t->peers.tasks, PROBE_ADDR_MS, &t->probe_cancel,
                     &rep, &err) != 0) {
         task_log(t, HVD_LOG_ERROR, "cannot probe the other tasks: %s", err.msg);
         atomic_store(&t->probe_finished, true);

@@ -2,12 +2,15 @@
  * from this task's side): every address of every other task is tried on its own, a few at a
  * time, each within a short budget, so one black-holed interface costs one budget and not
  * one per peer. */
+#include "probe.h"
+
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
 
 #define PROBE_THREADS 8 /* probes in flight at once */
 

@@ -13,15 +13,22 @@
  * The command has ended when its exit descriptor fired (the keeper is gone, so every
  * process of the command is gone) and both pipes reached end-of-file with everything read
  * delivered. Then subscribers and WAIT_EXIT calls get the exit code. */
+#include "pump.h"
+
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include "common/loop.h"
+#include "common/proc.h"
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
+#include "local_out.h"
+#include "output.h"
+#include "state.h"
 
 static void check_end(hvd_task *t);
 static void on_pipe(int fd, uint32_t events, void *arg);

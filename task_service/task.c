@@ -1,8 +1,8 @@
-/* libhvd_task: start (identity, server, registration with the driver), stop, results and
- * logging. See include/hvd/task.h and task_internal.h. */
+/* libhvd_task: start (identity, server, registration with the driver), stop and results.
+ * The top of task_service/ (see include/hvd/task.h and the layers in state.h). */
 #include <errno.h>
 #include <ftw.h>
-#include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +11,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/loop.h"
 #include "common/env.h"
+#include "common/loop.h"
+#include "common/proc.h"
+#include "handlers.h"
+#include "held.h"
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
+#include "local_out.h"
+#include "run.h"
+#include "state.h"
 
 extern char **environ;
 
@@ -25,66 +31,11 @@ extern char **environ;
 #define BACKOFF_FIRST_MS         100
 #define BACKOFF_MAX_MS           2000
 
-int64_t task_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void sleep_ms(int64_t ms) {
     if (ms <= 0) return;
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-}
-
-void task_log(hvd_task *t, int level, const char *fmt, ...) {
-    if (!t->cfg.log || level > t->cfg.log_level) return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    t->cfg.log(t->cfg.log_user, level, line);
-}
-
-bool task_wait_until(hvd_task *t, int64_t deadline_ms) {
-    if (deadline_ms < 0) {
-        pthread_cond_wait(&t->cv, &t->mu);
-        return true;
-    }
-    int64_t now = task_now_ms();
-    if (now >= deadline_ms) return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t left = deadline_ms - now;
-    ts.tv_sec += (time_t)(left / 1000);
-    ts.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-    return task_now_ms() < deadline_ms;
-}
-
-hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err) {
-    hvd_client_config cc = {.service = HVD_DRIVER_SERVICE,
-                            .secret = t->cfg.secret,
-                            .addrs = t->driver_addrs,
-                            .naddrs = t->n_driver_addrs,
-                            .probe_timeout_ms = timeout_ms};
-    hvd_client *c = hvd_client_connect(&cc, err);
-    hvd_secret_wipe(&cc.secret);
-    return c;
-}
-
-void task_info(const hvd_task *t, hvd_task_info *info) {
-    *info = (hvd_task_info){.index = t->cfg.index,
-                            .host_hash = (char *)t->host_hash,
-                            .addrs = {t->addrs, t->naddrs},
-                            .gpus = {t->gpus, t->ngpus},
-                            .work_dir = t->work_dir};
 }
 
 /* ---- Start ----------------------------------------------------------------------------------- */
@@ -129,21 +80,6 @@ static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
         if (*p == ',') p++;
     }
     return 0;
-}
-
-/* Open MPI's shared-memory BTL names its segment files in /dev/shm after the real hostname,
- * the job id and the local rank, so two host hashes on one machine (several executors of a
- * machine each with its own host hash, or test "hosts") would open each other's files and
- * crash. Each task service gives its command a private directory instead, unless the
- * executor's environment already chose one. Made when the command starts (t->shm_dir stays
- * NULL if it cannot be made); the keeper removes it when the command ends. */
-void task_make_shm_dir(hvd_task *t) {
-    if (t->shm_dir || hvd_env_get(t->cmd_env, "OMPI_MCA_btl_vader_backing_directory")) return;
-    const char *tmp = getenv("TMPDIR");
-    char path[512];
-    snprintf(path, sizeof path, "%s/hvd-task-XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (tmp && *tmp ? tmp : "/tmp"));
-    if (mkdtemp(path)) t->shm_dir = strdup(path);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {

@@ -1,70 +1,33 @@
 /* hvd_task_run: the rest of a task's life after registration (Horovod's _task_fn, steps
- * T1.5-T2), the driver watcher, and aborts.
+ * T1.5-T2) and the driver watcher.
  *
  * The first task of a host waits for its command and returns its exit code; a sibling
  * holds a WAIT_EXIT long-poll on the first task and returns that code. Meanwhile a watcher
  * thread holds a WAIT_SHUTDOWN long-poll on the driver: its answer, or its connection
  * breaking, aborts the task. Nothing here polls: waits are condition variables, blocking
- * calls without timeouts, and eventfds that interrupt those calls. */
+ * calls without timeouts, and eventfds that interrupt those calls. Aborts go through
+ * held.h. */
+#include "run.h"
+
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "common/loop.h"
+#include "held.h"
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
+#include "state.h"
 
 /* The watcher's client accepts frames up to this size: its only reply is an ack. */
 #define WATCH_MAX_FRAME 4096
 /* How often the watcher tries to reach the driver before concluding it went away. */
 #define WATCH_CONNECT_TRIES 3
-
-/* Loop: interrupts the blocking calls of hvd_task_run and aborts the command. */
-static void loop_abort_now(void *arg) {
-    hvd_task *t = arg;
-    uint64_t one = 1;
-    (void)!write(t->abort_efd, &one, sizeof one);
-    task_loop_abort(t);
-}
-
-/* Loop: the driver shut the job down. That is also how every job ends (the driver shuts the
- * tasks down as soon as mpirun is gone, while orted may still be exiting), so the command
- * and the first task's WAIT_EXIT get a moment to end on their own before the abort. */
-static void loop_abort_later(void *arg) {
-    hvd_task *t = arg;
-    if (hvd_loop_timer(hvd_server_loop(t->srv), TASK_SETTLE_MS, loop_abort_now, t) == 0)
-        loop_abort_now(t);
-}
-
-void task_request_abort(hvd_task *t, task_abort why, const char *detail) {
-    pthread_mutex_lock(&t->mu);
-    bool first = t->abort_why == ABORT_NONE;
-    if (why == ABORT_DRIVER_SHUTDOWN) t->job_over = true;
-    if (first) {
-        t->abort_why = why;
-        snprintf(t->abort_detail, sizeof t->abort_detail, "%s", detail);
-    }
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    hvd_loop_fn fn = loop_abort_now;
-    if (why == ABORT_DRIVER_SHUTDOWN) {
-        if (!first) return; /* something else is ending the task already */
-        fn = loop_abort_later;
-    }
-    task_log(t, why == ABORT_DRIVER_GONE ? HVD_LOG_ERROR : HVD_LOG_INFO, "%s: ending", detail);
-    if (hvd_loop_on_thread(hvd_server_loop(t->srv)))
-        fn(t);
-    else
-        hvd_loop_post(hvd_server_loop(t->srv), fn, t);
-}
-
-void hvd_task_abort(hvd_task *t) {
-    if (t) task_request_abort(t, ABORT_USER, "hvd_task_abort was called");
-}
 
 /* The error hvd_task_run returns after an abort. */
 static int aborted_err(hvd_task *t, hvd_err *err) {
