@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/env.h"
 #include "common/proc.h"
 #include "hvd/proto.h"
@@ -282,7 +283,7 @@ static void *probe_main(void *arg) {
     hvd_task *t = arg;
     hvd_reachable_msg rep;
     hvd_err err;
-    int64_t t0 = task_now_ms();
+    int64_t t0 = hvd_now_ms();
     /* peers is not written while this thread runs (see on_registration_done). */
     if (probe_peers(&t->cfg.secret, t->cfg.index, &t->peers.tasks, PROBE_ADDR_MS, &t->probe_cancel,
                     &rep, &err) != 0) {
@@ -307,23 +308,20 @@ static void *probe_main(void *arg) {
                  reached, rep.reach.n, missing);
     else
         task_log(t, HVD_LOG_INFO, "reached all %zu other tasks in %lld ms", rep.reach.n,
-                 (long long)(task_now_ms() - t0));
-    int64_t deadline = task_now_ms() + t->cfg.start_timeout_ms;
-    int backoff = 100, sent = 0;
+                 (long long)(hvd_now_ms() - t0));
+    int64_t deadline = hvd_now_ms() + t->cfg.start_timeout_ms;
+    int backoff = TASK_BACKOFF_FIRST_MS, sent = 0;
     while (!atomic_load(&t->probe_cancel)) {
-        int64_t left = deadline - task_now_ms();
-        hvd_client *d =
-            task_driver_connect(t, left < 3000 ? (int)(left > 100 ? left : 100) : 3000, &err);
+        hvd_client *d = task_driver_connect(t, task_attempt_ms(deadline), &err);
         if (d) {
             sent = hvd_client_call(d, &hvd_reachable_desc, &rep, &hvd_ack_desc, NULL, 0,
                                    HVD_CALL_RETRY, &err) == 0;
             hvd_client_close(d);
             if (sent || (err.code != HVD_E_IO && err.code != HVD_E_TIMEOUT)) break;
         }
-        if (task_now_ms() + backoff >= deadline) break;
-        struct timespec ts = {backoff / 1000, (long)(backoff % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-        backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+        if (hvd_now_ms() + backoff >= deadline) break;
+        task_sleep_ms(backoff);
+        backoff = backoff * 2 > TASK_BACKOFF_MAX_MS ? TASK_BACKOFF_MAX_MS : backoff * 2;
     }
     if (!sent && !atomic_load(&t->probe_cancel))
         task_log(t, HVD_LOG_ERROR, "cannot report reachability to the driver: %s", err.msg);

@@ -2,6 +2,7 @@
  * state.h). */
 #include "state.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,15 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/env.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
-
-int64_t task_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void task_log(hvd_task *t, int level, const char *fmt, ...) {
     if (!t->cfg.log || level > t->cfg.log_level) return;
@@ -35,19 +31,23 @@ bool task_wait_until(hvd_task *t, int64_t deadline_ms) {
         pthread_cond_wait(&t->cv, &t->mu);
         return true;
     }
-    int64_t now = task_now_ms();
-    if (now >= deadline_ms) return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t left = deadline_ms - now;
-    ts.tv_sec += (time_t)(left / 1000);
-    ts.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    if (hvd_now_ms() >= deadline_ms) return false;
+    struct timespec ts = hvd_ms_to_timespec(deadline_ms); /* cv runs on CLOCK_MONOTONIC */
     pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-    return task_now_ms() < deadline_ms;
+    return hvd_now_ms() < deadline_ms;
+}
+
+void task_sleep_ms(int ms) {
+    if (ms <= 0) return;
+    struct timespec until = hvd_ms_to_timespec(hvd_now_ms() + ms);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+    }
+}
+
+int task_attempt_ms(int64_t deadline_ms) {
+    int64_t left = deadline_ms - hvd_now_ms();
+    if (left >= TASK_DRIVER_PROBE_MS) return TASK_DRIVER_PROBE_MS;
+    return left > 100 ? (int)left : 100;
 }
 
 void task_info(const hvd_task *t, hvd_task_info *info) {

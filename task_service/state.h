@@ -34,7 +34,10 @@
 #include "local_out.h"
 #include "output.h"
 
-#define TASK_SETTLE_MS 1000 /* driver shutdown: time a command gets to end by itself */
+#define TASK_SETTLE_MS        1000 /* driver shutdown: time a command gets to end by itself */
+#define TASK_DRIVER_PROBE_MS  3000 /* budget of one attempt to reach the driver */
+#define TASK_BACKOFF_FIRST_MS 100  /* first pause between attempts to reach the driver */
+#define TASK_BACKOFF_MAX_MS   2000 /* ... doubled after each attempt up to this */
 
 /* Why hvd_task_run was asked to end early (shared: abort_why). */
 typedef enum task_abort {
@@ -130,15 +133,18 @@ struct hvd_task {
     bool local_failed;    /* ... and that failed: write synchronously */
 };
 
-/* Milliseconds of CLOCK_MONOTONIC. */
-int64_t task_now_ms(void);
 /* Passes one line to cfg.log if level is within cfg.log_level. Any thread. */
 void task_log(hvd_task *t, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Waits on t->cv until deadline_ms (monotonic; < 0: forever). Returns false on timeout. Call
  * with mu held. */
 bool task_wait_until(hvd_task *t, int64_t deadline_ms);
+/* Sleeps ms milliseconds (the whole of it: signals do not cut it short). */
+void task_sleep_ms(int ms);
 /* Fills info with this task's entry (pointers into t: do not free). */
 void task_info(const hvd_task *t, hvd_task_info *info);
+/* The budget of one attempt to reach the driver before deadline_ms (hvd_now_ms time):
+ * TASK_DRIVER_PROBE_MS, or what is left of it, but at least 100 ms. */
+int task_attempt_ms(int64_t deadline_ms);
 /* Connects to the driver (one probe round within timeout_ms). NULL with err. */
 hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err);
 /* Makes t->shm_dir for the command (loop, before the command starts). */

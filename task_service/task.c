@@ -1,19 +1,20 @@
 /* libhvd_task: start (identity, server, registration with the driver), stop and results.
  * The top of task_service/ (see include/hvd/task.h and the layers in state.h). */
 #include <errno.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/env.h"
+#include "common/fs.h"
 #include "common/loop.h"
 #include "common/proc.h"
+#include "common/strv.h"
 #include "handlers.h"
 #include "held.h"
 #include "hvd/proto.h"
@@ -27,66 +28,32 @@ extern char **environ;
 #define DEFAULT_START_TIMEOUT_MS 600000
 #define DEFAULT_GRACE_MS         5000
 #define DEFAULT_MIN_LIFETIME_MS  3000
-#define REGISTER_PROBE_MS        3000 /* budget of one attempt to reach the driver */
-#define BACKOFF_FIRST_MS         100
-#define BACKOFF_MAX_MS           2000
-
-static void sleep_ms(int64_t ms) {
-    if (ms <= 0) return;
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 /* ---- Start ----------------------------------------------------------------------------------- */
 
-static void free_strv(char **v) {
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
-/* GPUs: the configured list, else CUDA_VISIBLE_DEVICES split on ',', else none. */
-static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
-    size_t cap = 0;
-    const char *env = getenv("CUDA_VISIBLE_DEVICES");
-    if (cfg_gpus) {
-        while (cfg_gpus[cap])
-            cap++;
-    } else if (env) {
-        cap = 1;
-        for (const char *p = env; *p; p++)
-            cap += *p == ',';
-    }
-    t->gpus = calloc(cap + 1, sizeof *t->gpus);
-    if (!t->gpus) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    if (cfg_gpus) {
-        for (size_t i = 0; i < cap; i++)
-            if (!(t->gpus[t->ngpus++] = strdup(cfg_gpus[i])))
-                return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-        return 0;
-    }
-    for (const char *p = env; p && *p;) {
+/* The GPU ids of CUDA_VISIBLE_DEVICES: split on ',', blanks around each id trimmed, empty
+ * ids dropped. NULL if out of memory. */
+static char **gpus_from_env(void) {
+    hvd_strb b = {0};
+    for (const char *p = getenv("CUDA_VISIBLE_DEVICES"); p && *p;) {
         size_t n = strcspn(p, ",");
-        size_t b = 0;
-        while (b < n && (p[b] == ' ' || p[b] == '\t'))
-            b++;
-        size_t e = n;
-        while (e > b && (p[e - 1] == ' ' || p[e - 1] == '\t'))
+        size_t s = 0, e = n;
+        while (s < e && (p[s] == ' ' || p[s] == '\t'))
+            s++;
+        while (e > s && (p[e - 1] == ' ' || p[e - 1] == '\t'))
             e--;
-        if (e > b && !(t->gpus[t->ngpus++] = strndup(p + b, e - b)))
-            return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        if (e > s) hvd_strb_addf(&b, "%.*s", (int)(e - s), p + s);
         p += n;
         if (*p == ',') p++;
     }
-    return 0;
+    return hvd_strb_finish(&b);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
+/* GPUs: the configured list, else CUDA_VISIBLE_DEVICES, else none. */
+static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
+    t->gpus = cfg_gpus ? hvd_strv_copy(cfg_gpus) : gpus_from_env();
+    if (!t->gpus) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    t->ngpus = hvd_strv_len((const char *const *)t->gpus);
     return 0;
 }
 
@@ -141,15 +108,13 @@ static bool transient(int code) {
 static int register_task(hvd_task *t, hvd_err *err) {
     hvd_task_info info;
     task_info(t, &info);
-    int64_t t0 = task_now_ms();
+    int64_t t0 = hvd_now_ms();
     int64_t deadline = t0 + t->cfg.start_timeout_ms;
-    int backoff = BACKOFF_FIRST_MS, attempts = 0;
+    int backoff = TASK_BACKOFF_FIRST_MS, attempts = 0;
     hvd_err last = {0, ""};
     for (;;) {
         attempts++;
-        int64_t left = deadline - task_now_ms();
-        int budget = left < REGISTER_PROBE_MS ? (int)(left > 100 ? left : 100) : REGISTER_PROBE_MS;
-        hvd_client *d = task_driver_connect(t, budget, &last);
+        hvd_client *d = task_driver_connect(t, task_attempt_ms(deadline), &last);
         if (d) {
             int rc = hvd_client_call(d, &hvd_register_task_desc, &info, &hvd_ack_desc, NULL, 0,
                                      HVD_CALL_RETRY, &last);
@@ -163,7 +128,7 @@ static int register_task(hvd_task *t, hvd_err *err) {
         if (!transient(last.code))
             return hvd_err_set(err, last.code, "%s cannot register with the driver at %s: %s",
                                t->name, t->driver_text, last.msg);
-        if (task_now_ms() + backoff >= deadline)
+        if (hvd_now_ms() + backoff >= deadline)
             return hvd_err_set(err, HVD_E_TIMEOUT,
                                "%s could not register with the driver at %s within %d s (%d "
                                "attempts): %s",
@@ -171,8 +136,8 @@ static int register_task(hvd_task *t, hvd_err *err) {
                                last.msg);
         if (attempts == 1)
             task_log(t, HVD_LOG_WARN, "the driver is not reachable yet, retrying: %s", last.msg);
-        sleep_ms(backoff);
-        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        task_sleep_ms(backoff);
+        backoff = backoff * 2 > TASK_BACKOFF_MAX_MS ? TASK_BACKOFF_MAX_MS : backoff * 2;
     }
 }
 
@@ -198,9 +163,9 @@ static void task_free(hvd_task *t) {
     hvd_msg_free(&hvd_result_desc, &t->result);
     hvd_msg_free(&hvd_registration_done_desc, &t->peers);
     hvd_env_free(t->cmd_env);
-    free_strv(t->gpus);
+    hvd_strv_free(t->gpus);
     free(t->work_dir);
-    if (t->shm_dir) nftw(t->shm_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    if (t->shm_dir) hvd_remove_tree(t->shm_dir);
     free(t->shm_dir);
     free(t->driver_addrs);
     free(t->driver_text);
@@ -332,7 +297,7 @@ void hvd_task_stop(hvd_task *t) {
         pthread_mutex_unlock(&t->mu);
         on_loop(t, task_loop_abort);
         pthread_mutex_lock(&t->mu);
-        int64_t deadline = task_now_ms() + t->cfg.grace_ms + 5000;
+        int64_t deadline = hvd_now_ms() + t->cfg.grace_ms + 5000;
         while (!t->ended && task_wait_until(t, deadline)) {
         }
         if (!t->ended)
@@ -351,7 +316,7 @@ void hvd_task_stop(hvd_task *t) {
 
     on_loop(t, task_loop_quiesce);
     pthread_mutex_lock(&t->mu);
-    int64_t deadline = task_now_ms() + 2000;
+    int64_t deadline = hvd_now_ms() + 2000;
     while (!t->loop_quiesced && task_wait_until(t, deadline)) {
     }
     pthread_mutex_unlock(&t->mu);

@@ -19,6 +19,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "held.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
@@ -144,7 +145,7 @@ static int run_first(hvd_task *t, int *exit_code, hvd_err *err) {
     int secs = t->cfg.start_timeout_ms / 1000;
     task_log(t, HVD_LOG_INFO, "%s runs the command of host %s: waiting up to %d s for it", t->name,
              t->host_hash, secs);
-    int64_t deadline = task_now_ms() + t->cfg.start_timeout_ms;
+    int64_t deadline = hvd_now_ms() + t->cfg.start_timeout_ms;
     pthread_mutex_lock(&t->mu);
     while (!t->started && t->abort_why == ABORT_NONE && task_wait_until(t, deadline)) {
     }
@@ -160,7 +161,7 @@ static int run_first(hvd_task *t, int *exit_code, hvd_err *err) {
     if (!t->ended && t->started) {
         /* Aborting: the loop stops the command (after the settle time on a driver
          * shutdown); the keeper guarantees it is gone after the grace period. */
-        int64_t until = task_now_ms() + TASK_SETTLE_MS + t->cfg.grace_ms + 5000;
+        int64_t until = hvd_now_ms() + TASK_SETTLE_MS + t->cfg.grace_ms + 5000;
         while (!t->ended && task_wait_until(t, until)) {
         }
     }
@@ -232,7 +233,7 @@ static int run_sibling(hvd_task *t, hvd_client *driver, uint32_t first, int *exi
 
 static int run_body(hvd_task *t, int *exit_code, hvd_err *err) {
     int secs = t->cfg.start_timeout_ms / 1000;
-    int64_t deadline = task_now_ms() + t->cfg.start_timeout_ms;
+    int64_t deadline = hvd_now_ms() + t->cfg.start_timeout_ms;
     pthread_mutex_lock(&t->mu);
     while (!t->registration_done && t->abort_why == ABORT_NONE && task_wait_until(t, deadline)) {
     }
@@ -246,7 +247,7 @@ static int run_body(hvd_task *t, int *exit_code, hvd_err *err) {
                            "tasks running, and can the driver reach this one?",
                            t->name, secs);
 
-    hvd_client *d = task_driver_connect(t, 3000, err);
+    hvd_client *d = task_driver_connect(t, TASK_DRIVER_PROBE_MS, err);
     if (!d) {
         hvd_err_prefix(err, "cannot reach the driver: ");
         return -1;
