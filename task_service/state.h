@@ -35,6 +35,7 @@
 #include "output.h"
 
 #define TASK_SETTLE_MS        1000 /* driver shutdown: time a command gets to end by itself */
+#define TASK_END_SLACK_MS     5000 /* abort: how long after the grace period the end may take */
 #define TASK_DRIVER_PROBE_MS  3000 /* budget of one attempt to reach the driver */
 #define TASK_BACKOFF_FIRST_MS 100  /* first pause between attempts to reach the driver */
 #define TASK_BACKOFF_MAX_MS   2000 /* ... doubled after each attempt up to this */

@@ -17,6 +17,7 @@
 #include "common/strv.h"
 #include "handlers.h"
 #include "held.h"
+#include "hvd/defaults.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 #include "local_out.h"
@@ -25,9 +26,7 @@
 
 extern char **environ;
 
-#define DEFAULT_START_TIMEOUT_MS 600000
-#define DEFAULT_GRACE_MS         5000
-#define DEFAULT_MIN_LIFETIME_MS  3000
+#define QUIESCE_MS 2000 /* stop: time the loop gets to fail every held call */
 
 /* ---- Start ----------------------------------------------------------------------------------- */
 
@@ -196,9 +195,10 @@ hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
     t->cfg.work_dir = NULL;
     t->cfg.base_env = NULL;
     t->cfg.nics = NULL;
-    if (t->cfg.start_timeout_ms <= 0) t->cfg.start_timeout_ms = DEFAULT_START_TIMEOUT_MS;
-    if (t->cfg.grace_ms <= 0) t->cfg.grace_ms = DEFAULT_GRACE_MS;
-    if (t->cfg.min_lifetime_ms == 0) t->cfg.min_lifetime_ms = DEFAULT_MIN_LIFETIME_MS;
+    if (t->cfg.start_timeout_ms <= 0)
+        t->cfg.start_timeout_ms = HVD_TASK_START_TIMEOUT_DEFAULT_S * 1000;
+    if (t->cfg.grace_ms <= 0) t->cfg.grace_ms = HVD_GRACE_DEFAULT_MS;
+    if (t->cfg.min_lifetime_ms == 0) t->cfg.min_lifetime_ms = HVD_MIN_LIFETIME_DEFAULT_MS;
     if (t->cfg.min_lifetime_ms < 0) t->cfg.min_lifetime_ms = 0;
     hvd_task_service_name(cfg->index, t->name);
     t->abort_efd = -1;
@@ -297,12 +297,12 @@ void hvd_task_stop(hvd_task *t) {
         pthread_mutex_unlock(&t->mu);
         on_loop(t, task_loop_abort);
         pthread_mutex_lock(&t->mu);
-        int64_t deadline = hvd_now_ms() + t->cfg.grace_ms + 5000;
+        int64_t deadline = hvd_now_ms() + t->cfg.grace_ms + TASK_END_SLACK_MS;
         while (!t->ended && task_wait_until(t, deadline)) {
         }
         if (!t->ended)
             task_log(t, HVD_LOG_WARN, "the command has not ended %d ms after the abort",
-                     t->cfg.grace_ms + 5000);
+                     t->cfg.grace_ms + TASK_END_SLACK_MS);
     }
     /* Late WAIT_EXIT calls (a sibling reconnecting) are answered for the minimum lifetime,
      * or until the driver shuts the job down: then every task ends, nobody needs the code. */
@@ -316,7 +316,7 @@ void hvd_task_stop(hvd_task *t) {
 
     on_loop(t, task_loop_quiesce);
     pthread_mutex_lock(&t->mu);
-    int64_t deadline = hvd_now_ms() + 2000;
+    int64_t deadline = hvd_now_ms() + QUIESCE_MS;
     while (!t->loop_quiesced && task_wait_until(t, deadline)) {
     }
     pthread_mutex_unlock(&t->mu);

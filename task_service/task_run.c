@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "held.h"
+#include "hvd/defaults.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 #include "state.h"
@@ -83,8 +84,9 @@ static void *watch_main(void *arg) {
                             .secret = t->cfg.secret,
                             .addrs = t->driver_addrs,
                             .naddrs = t->n_driver_addrs,
-                            .io_timeout_ms =
-                                t->cfg.net_timeout_ms > 0 ? t->cfg.net_timeout_ms : 15000,
+                            .io_timeout_ms = t->cfg.net_timeout_ms > 0
+                                                 ? t->cfg.net_timeout_ms
+                                                 : HVD_NET_TIMEOUT_DEFAULT_S * 1000,
                             .max_frame = WATCH_MAX_FRAME};
     for (int i = 0; i < WATCH_CONNECT_TRIES && !c && !atomic_load(&w->stop); i++) {
         if (i > 0) {
@@ -161,7 +163,7 @@ static int run_first(hvd_task *t, int *exit_code, hvd_err *err) {
     if (!t->ended && t->started) {
         /* Aborting: the loop stops the command (after the settle time on a driver
          * shutdown); the keeper guarantees it is gone after the grace period. */
-        int64_t until = hvd_now_ms() + TASK_SETTLE_MS + t->cfg.grace_ms + 5000;
+        int64_t until = hvd_now_ms() + TASK_SETTLE_MS + t->cfg.grace_ms + TASK_END_SLACK_MS;
         while (!t->ended && task_wait_until(t, until)) {
         }
     }
