@@ -102,6 +102,85 @@ out:
     return envp;
 }
 
+/* Fails call and returns true if this service takes no command now. */
+static bool refuse_run(hvd_task *t, hvd_call *call, const hvd_run_msg *req) {
+    pthread_mutex_lock(&t->mu);
+    bool stopping = t->stopping;
+    pthread_mutex_unlock(&t->mu);
+    if (!req->command || !*req->command)
+        hvd_call_fail(call, HVD_E_INVALID, "no command given to %s", t->name);
+    else if (t->cmd)
+        hvd_call_fail(call, HVD_E_STATE, "%s already ran a command", t->name);
+    else if (t->refused)
+        hvd_call_fail(call, HVD_E_STATE,
+                      "%s was aborted before a command started: the job is being torn down",
+                      t->name);
+    else if (stopping)
+        hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
+    else
+        return false;
+    return true;
+}
+
+/* Starts the command with envp and puts its output and exit on the loop. Returns true, or
+ * false with call failed and no command left (t->cmd NULL). */
+static bool start_command(hvd_task *t, hvd_call *call, const hvd_run_msg *req, char **envp) {
+    hvd_err err;
+    hvd_proc_spec spec = {.command = req->command,
+                          .envp = envp,
+                          .cwd = t->work_dir,
+                          .grace_ms = t->cfg.grace_ms,
+                          .cleanup_dir = t->shm_dir};
+    t->cmd = hvd_proc_start(&spec, &err);
+    if (!t->cmd) {
+        task_log(t, HVD_LOG_ERROR, "%s", err.msg);
+        hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
+        return false;
+    }
+    if (pump_start(t, req->prefix_output, req->timestamps, &err) != 0) {
+        /* The command runs but cannot be watched (the loop is out of resources): take it
+         * down at once, so that it counts as never started. This blocks the loop for up to
+         * the grace period, on a path that should never be taken. */
+        task_log(t, HVD_LOG_ERROR, "cannot watch the command: %s", err.msg);
+        pump_stop(t);
+        hvd_proc_free(t->cmd);
+        t->cmd = NULL;
+        hvd_call_fail(call, HVD_E_INTERNAL, "%s cannot watch the command: %s", t->name, err.msg);
+        return false;
+    }
+    return true;
+}
+
+/* The command runs: tells hvd_task_run, lets the held ATTACH calls receive its output, and
+ * answers the request (with attach, holds it as a subscriber too). */
+static void command_started(hvd_task *t, hvd_call *call, const hvd_run_msg *req) {
+    pthread_mutex_lock(&t->mu);
+    t->started = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    task_log(t, HVD_LOG_INFO, "running the command (pid %d) for %s: %.300s%s",
+             (int)hvd_proc_pid(t->cmd), hvd_call_peer_host(call), req->command,
+             strlen(req->command) > 300 ? "..." : "");
+    held_activate_subs(t);
+    if (req->attach)
+        held_add_sub(t, call, true);
+    else
+        hvd_call_reply(call, &hvd_ack_desc, NULL);
+}
+
+/* Runs the request's command in its environment; answers call either way. */
+static void run_command(hvd_task *t, hvd_call *call, const hvd_run_msg *req) {
+    hvd_err err;
+    char **envp = command_env(t, req, &err);
+    if (!envp) {
+        hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
+        return;
+    }
+    if (t->cfg.log_level >= HVD_LOG_DEBUG) log_env(t, req, envp);
+    if (start_command(t, call, req, envp)) command_started(t, call, req);
+    hvd_env_free(envp);
+}
+
 static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
     hvd_task *t = user;
     hvd_run_msg req;
@@ -110,61 +189,7 @@ static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
         hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
         return;
     }
-    pthread_mutex_lock(&t->mu);
-    bool stopping = t->stopping;
-    pthread_mutex_unlock(&t->mu);
-    char **envp = NULL;
-    if (!req.command || !*req.command) {
-        hvd_call_fail(call, HVD_E_INVALID, "no command given to %s", t->name);
-    } else if (t->cmd) {
-        hvd_call_fail(call, HVD_E_STATE, "%s already ran a command", t->name);
-    } else if (t->refused) {
-        hvd_call_fail(call, HVD_E_STATE,
-                      "%s was aborted before a command started: the job is being torn down",
-                      t->name);
-    } else if (stopping) {
-        hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
-    } else if (!(envp = command_env(t, &req, &err))) {
-        hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
-    } else {
-        if (t->cfg.log_level >= HVD_LOG_DEBUG) log_env(t, &req, envp);
-        hvd_proc_spec spec = {.command = req.command,
-                              .envp = envp,
-                              .cwd = t->work_dir,
-                              .grace_ms = t->cfg.grace_ms,
-                              .cleanup_dir = t->shm_dir};
-        t->cmd = hvd_proc_start(&spec, &err);
-        if (!t->cmd) {
-            task_log(t, HVD_LOG_ERROR, "%s", err.msg);
-            hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
-        } else if (pump_start(t, req.prefix_output, req.timestamps, &err) != 0) {
-            /* The command runs but cannot be watched (the loop is out of resources): take
-             * it down at once, so that it counts as never started. This blocks the loop
-             * for up to the grace period, on a path that should never be taken. */
-            task_log(t, HVD_LOG_ERROR, "cannot watch the command: %s", err.msg);
-            pump_stop(t);
-            hvd_proc_free(t->cmd);
-            t->cmd = NULL;
-            hvd_call_fail(call, HVD_E_INTERNAL, "%s cannot watch the command: %s", t->name,
-                          err.msg);
-        } else {
-            pthread_mutex_lock(&t->mu);
-            t->started = true;
-            pthread_cond_broadcast(&t->cv);
-            pthread_mutex_unlock(&t->mu);
-            task_log(t, HVD_LOG_INFO, "running the command (pid %d) for %s: %.300s%s",
-                     (int)hvd_proc_pid(t->cmd), hvd_call_peer_host(call), req.command,
-                     strlen(req.command) > 300 ? "..." : "");
-            for (task_sub *s = t->subs; s; s = s->next)
-                s->active = true; /* ATTACH calls held until now */
-            if (req.attach) {
-                held_add_sub(t, call, true);
-            } else {
-                hvd_call_reply(call, &hvd_ack_desc, NULL);
-            }
-        }
-    }
-    hvd_env_free(envp);
+    if (!refuse_run(t, call, &req)) run_command(t, call, &req);
     hvd_msg_free(&hvd_run_desc, &req);
 }
 
@@ -278,23 +303,12 @@ static void on_get_result(hvd_call *call, const msgpack_object *body, void *user
 
 /* ---- REGISTRATION_DONE and probing ----------------------------------------------------------- */
 
-/* Probes the other tasks and reports what was reached to the driver (own thread). */
-static void *probe_main(void *arg) {
-    hvd_task *t = arg;
-    hvd_reachable_msg rep;
-    hvd_err err;
-    int64_t t0 = hvd_now_ms();
-    /* peers is not written while this thread runs (see on_registration_done). */
-    if (probe_peers(&t->cfg.secret, t->cfg.index, &t->peers.tasks, PROBE_ADDR_MS, &t->probe_cancel,
-                    &rep, &err) != 0) {
-        task_log(t, HVD_LOG_ERROR, "cannot probe the other tasks: %s", err.msg);
-        atomic_store(&t->probe_finished, true);
-        return NULL;
-    }
+/* Logs how many other tasks the probe reached, and which ones it did not. */
+static void log_reach(hvd_task *t, const hvd_reachable_msg *rep, int64_t t0) {
     size_t reached = 0;
     char missing[256] = "";
-    hvd_reach *r = rep.reach.v;
-    for (size_t i = 0; i < rep.reach.n; i++) {
+    const hvd_reach *r = rep->reach.v;
+    for (size_t i = 0; i < rep->reach.n; i++) {
         if (r[i].addrs.n > 0) {
             reached++;
         } else {
@@ -303,18 +317,24 @@ static void *probe_main(void *arg) {
                 snprintf(missing + used, sizeof missing - used, "%s%u", used ? "," : "", r[i].to);
         }
     }
-    if (reached < rep.reach.n)
+    if (reached < rep->reach.n)
         task_log(t, HVD_LOG_WARN, "reached %zu of %zu other tasks; none of the addresses of %s",
-                 reached, rep.reach.n, missing);
+                 reached, rep->reach.n, missing);
     else
-        task_log(t, HVD_LOG_INFO, "reached all %zu other tasks in %lld ms", rep.reach.n,
+        task_log(t, HVD_LOG_INFO, "reached all %zu other tasks in %lld ms", rep->reach.n,
                  (long long)(hvd_now_ms() - t0));
+}
+
+/* Sends rep to the driver, retried with backoff while the driver cannot be reached, until
+ * the start timeout passes or hvd_task_stop cancels the probe. */
+static void report_reach(hvd_task *t, const hvd_reachable_msg *rep) {
+    hvd_err err;
     int64_t deadline = hvd_now_ms() + t->cfg.start_timeout_ms;
     int backoff = TASK_BACKOFF_FIRST_MS, sent = 0;
     while (!atomic_load(&t->probe_cancel)) {
         hvd_client *d = task_driver_connect(t, task_attempt_ms(deadline), &err);
         if (d) {
-            sent = hvd_client_call(d, &hvd_reachable_desc, &rep, &hvd_ack_desc, NULL, 0,
+            sent = hvd_client_call(d, &hvd_reachable_desc, rep, &hvd_ack_desc, NULL, 0,
                                    HVD_CALL_RETRY, &err) == 0;
             hvd_client_close(d);
             if (sent || (err.code != HVD_E_IO && err.code != HVD_E_TIMEOUT)) break;
@@ -325,7 +345,23 @@ static void *probe_main(void *arg) {
     }
     if (!sent && !atomic_load(&t->probe_cancel))
         task_log(t, HVD_LOG_ERROR, "cannot report reachability to the driver: %s", err.msg);
-    hvd_msg_free(&hvd_reachable_desc, &rep);
+}
+
+/* Probes the other tasks and reports what was reached to the driver (own thread). */
+static void *probe_main(void *arg) {
+    hvd_task *t = arg;
+    hvd_reachable_msg rep;
+    hvd_err err;
+    int64_t t0 = hvd_now_ms();
+    /* peers is not written while this thread runs (see on_registration_done). */
+    if (probe_peers(&t->cfg.secret, t->cfg.index, &t->peers.tasks, PROBE_ADDR_MS, &t->probe_cancel,
+                    &rep, &err) == 0) {
+        log_reach(t, &rep, t0);
+        report_reach(t, &rep);
+        hvd_msg_free(&hvd_reachable_desc, &rep);
+    } else {
+        task_log(t, HVD_LOG_ERROR, "cannot probe the other tasks: %s", err.msg);
+    }
     atomic_store(&t->probe_finished, true);
     return NULL;
 }

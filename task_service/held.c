@@ -47,6 +47,11 @@ void held_add_sub(hvd_task *t, hvd_call *call, bool active) {
     hvd_call_on_cancel(call, sub_cancelled, s);
 }
 
+void held_activate_subs(hvd_task *t) {
+    for (task_sub *s = t->subs; s; s = s->next)
+        s->active = true;
+}
+
 void held_add_waiter(hvd_task *t, hvd_call *call) {
     task_waiter *w = calloc(1, sizeof *w);
     if (!w) {

@@ -13,6 +13,8 @@
 /* Loop: holds call as a subscriber (active: receives output now). Fails it if out of
  * memory. */
 void held_add_sub(hvd_task *t, hvd_call *call, bool active);
+/* Loop: the command started: the ATTACH calls held for it receive its output from now on. */
+void held_activate_subs(hvd_task *t);
 /* Loop: holds call until the command's exit code is known. Fails it if out of memory. */
 void held_add_waiter(hvd_task *t, hvd_call *call);
 

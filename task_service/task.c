@@ -176,18 +176,12 @@ static void task_free(hvd_task *t) {
     free(t);
 }
 
-hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
-    if (!cfg || !cfg->driver_addrs || cfg->n_driver_addrs == 0) {
-        hvd_err_set(err, HVD_E_INVALID,
-                    "no driver address: a task service needs the driver's addresses (%s)",
-                    HVD_DRIVER_ADDRS_ENV);
-        return NULL;
-    }
+/* A new task: cfg copied with the defaults applied (its pointers NULLed: init_identity and
+ * init_env copy what they point to), its lock and condition variable made. NULL if out of
+ * memory. */
+static hvd_task *task_new(const hvd_task_config *cfg) {
     hvd_task *t = calloc(1, sizeof *t);
-    if (!t) {
-        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-        return NULL;
-    }
+    if (!t) return NULL;
     t->cfg = *cfg;
     t->cfg.driver_addrs = NULL;
     t->cfg.host_hash = NULL;
@@ -204,39 +198,59 @@ hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
     t->abort_efd = -1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* task_wait_until's deadlines */
     pthread_cond_init(&t->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&t->mu, NULL);
     atomic_init(&t->probe_cancel, false);
     atomic_init(&t->probe_finished, false);
     t->pipes[0].fd = t->pipes[1].fd = -1;
+    return t;
+}
 
-    if (init_identity(t, cfg, err) != 0) goto fail;
+/* The eventfd that interrupts hvd_task_run's blocking calls on an abort. */
+static int init_abort_fd(hvd_task *t, hvd_err *err) {
     t->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (t->abort_efd < 0) {
-        hvd_err_set(err, HVD_E_INTERNAL, "eventfd: %s", strerror(errno));
-        goto fail;
-    }
+    if (t->abort_efd < 0) return hvd_err_set(err, HVD_E_INTERNAL, "eventfd: %s", strerror(errno));
+    return 0;
+}
+
+/* The RPC server (not started yet) with the request handlers, and its addresses on nics
+ * (NULL: every interface) in t->addrs. */
+static int init_server(hvd_task *t, const char *const *nics, hvd_err *err) {
     hvd_server_config sc = {.name = t->name, .secret = t->cfg.secret};
     t->srv = hvd_server_create(&sc, err);
     hvd_secret_wipe(&sc.secret);
-    if (!t->srv) goto fail;
-    if (task_handlers_register(t) != 0) {
-        hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot register its request handlers", t->name);
-        goto fail;
-    }
-    if (hvd_server_addrs(t->srv, cfg->nics, &t->addrs, &t->naddrs, err) != 0) {
+    if (!t->srv) return -1;
+    if (task_handlers_register(t) != 0)
+        return hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot register its request handlers",
+                           t->name);
+    if (hvd_server_addrs(t->srv, nics, &t->addrs, &t->naddrs, err) != 0) {
         hvd_err_prefix(err, "%s: ", t->name);
-        goto fail;
+        return -1;
     }
-    if (init_env(t, cfg->base_env, err) != 0) goto fail;
-    if (hvd_server_start(t->srv, err) != 0) goto fail;
-    if (register_task(t, err) != 0) goto fail;
+    return 0;
+}
+
+hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
+    if (!cfg || !cfg->driver_addrs || cfg->n_driver_addrs == 0) {
+        hvd_err_set(err, HVD_E_INVALID,
+                    "no driver address: a task service needs the driver's addresses (%s)",
+                    HVD_DRIVER_ADDRS_ENV);
+        return NULL;
+    }
+    hvd_task *t = task_new(cfg);
+    if (!t) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
+    }
+    if (init_identity(t, cfg, err) != 0 || init_abort_fd(t, err) != 0 ||
+        init_server(t, cfg->nics, err) != 0 || init_env(t, cfg->base_env, err) != 0 ||
+        hvd_server_start(t->srv, err) != 0 || register_task(t, err) != 0) {
+        task_free(t);
+        return NULL;
+    }
     return t;
-fail:
-    task_free(t);
-    return NULL;
 }
 
 /* ---- Results and accessors ------------------------------------------------------------------- */
@@ -281,8 +295,8 @@ static void on_loop(hvd_task *t, hvd_loop_fn fn) {
     if (hvd_loop_post(hvd_server_loop(t->srv), fn, t) != 0) fn(t);
 }
 
-void hvd_task_stop(hvd_task *t) {
-    if (!t) return;
+/* Stop, first: refuses new commands and probes, and ends the probe thread. */
+static void begin_stop(hvd_task *t) {
     pthread_mutex_lock(&t->mu);
     t->stopping = true;
     bool probe = t->probe_running;
@@ -290,36 +304,52 @@ void hvd_task_stop(hvd_task *t) {
     pthread_mutex_unlock(&t->mu);
     atomic_store(&t->probe_cancel, true);
     if (probe) pthread_join(t->probe_thread, NULL);
+}
 
-    /* A command still running is aborted; its exit code is then still answered. */
-    pthread_mutex_lock(&t->mu);
-    if (t->started && !t->ended) {
-        pthread_mutex_unlock(&t->mu);
-        on_loop(t, task_loop_abort);
-        pthread_mutex_lock(&t->mu);
-        int64_t deadline = hvd_now_ms() + t->cfg.grace_ms + TASK_END_SLACK_MS;
-        while (!t->ended && task_wait_until(t, deadline)) {
-        }
-        if (!t->ended)
-            task_log(t, HVD_LOG_WARN, "the command has not ended %d ms after the abort",
-                     t->cfg.grace_ms + TASK_END_SLACK_MS);
-    }
-    /* Late WAIT_EXIT calls (a sibling reconnecting) are answered for the minimum lifetime,
-     * or until the driver shuts the job down: then every task ends, nobody needs the code. */
-    if (t->ended) {
-        int64_t until = t->ended_ms + t->cfg.min_lifetime_ms;
-        while (!t->job_over && task_wait_until(t, until)) {
-        }
-    }
+/* Stop, with mu held: a command still running is aborted; its exit code is then still
+ * answered. */
+static void end_command_locked(hvd_task *t) {
+    if (!t->started || t->ended) return;
     pthread_mutex_unlock(&t->mu);
-    task_watch_stop(t);
+    on_loop(t, task_loop_abort);
+    pthread_mutex_lock(&t->mu);
+    int64_t deadline = hvd_now_ms() + t->cfg.grace_ms + TASK_END_SLACK_MS;
+    while (!t->ended && task_wait_until(t, deadline)) {
+    }
+    if (!t->ended)
+        task_log(t, HVD_LOG_WARN, "the command has not ended %d ms after the abort",
+                 t->cfg.grace_ms + TASK_END_SLACK_MS);
+}
 
+/* Stop, with mu held: late WAIT_EXIT calls (a sibling reconnecting) are answered for the
+ * minimum lifetime, or until the driver shuts the job down: then every task ends, nobody
+ * needs the code. */
+static void linger_locked(hvd_task *t) {
+    if (!t->ended) return;
+    int64_t until = t->ended_ms + t->cfg.min_lifetime_ms;
+    while (!t->job_over && task_wait_until(t, until)) {
+    }
+}
+
+/* Stop: the loop fails (or answers) every held call; waits up to QUIESCE_MS for it. */
+static void quiesce(hvd_task *t) {
     on_loop(t, task_loop_quiesce);
     pthread_mutex_lock(&t->mu);
     int64_t deadline = hvd_now_ms() + QUIESCE_MS;
     while (!t->loop_quiesced && task_wait_until(t, deadline)) {
     }
     pthread_mutex_unlock(&t->mu);
+}
+
+void hvd_task_stop(hvd_task *t) {
+    if (!t) return;
+    begin_stop(t);
+    pthread_mutex_lock(&t->mu);
+    end_command_locked(t);
+    linger_locked(t);
+    pthread_mutex_unlock(&t->mu);
+    task_watch_stop(t);
+    quiesce(t);
     hvd_server_stop(t->srv);
     t->loop_stopping = true;
     task_log(t, HVD_LOG_DEBUG, "stopped");

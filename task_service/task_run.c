@@ -75,10 +75,10 @@ static void drop_connection(hvd_client *c, void *user) {
     hvd_client_call(c, &hvd_host_indices_desc, &m, &hvd_indices_desc, NULL, 0, 0, &err);
 }
 
-static void *watch_main(void *arg) {
-    watcher *w = arg;
+/* Connects the watcher's client to the driver: a few tries, a short pause between them,
+ * until hvd_task_stop stops the watcher. NULL with err. */
+static hvd_client *watch_connect(watcher *w, hvd_err *err) {
     hvd_task *t = w->t;
-    hvd_err err = {0, ""};
     hvd_client *c = NULL;
     hvd_client_config cc = {.service = HVD_DRIVER_SERVICE,
                             .secret = t->cfg.secret,
@@ -93,15 +93,26 @@ static void *watch_main(void *arg) {
             struct pollfd pf = {.fd = w->stop_efd, .events = POLLIN};
             poll(&pf, 1, 300 * i);
         }
-        c = hvd_client_connect(&cc, &err);
+        c = hvd_client_connect(&cc, err);
     }
     hvd_secret_wipe(&cc.secret);
+    return c;
+}
+
+/* The watcher lost the driver (err says how): the task ends. */
+static void driver_gone(hvd_task *t, const hvd_err *err) {
+    char why[HVD_ERR_MAX];
+    snprintf(why, sizeof why, "the driver went away: %s", err->msg);
+    task_request_abort(t, ABORT_DRIVER_GONE, why);
+}
+
+static void *watch_main(void *arg) {
+    watcher *w = arg;
+    hvd_task *t = w->t;
+    hvd_err err = {0, ""};
+    hvd_client *c = watch_connect(w, &err);
     if (!c) {
-        if (!atomic_load(&w->stop)) {
-            char why[HVD_ERR_MAX];
-            snprintf(why, sizeof why, "the driver went away: %s", err.msg);
-            task_request_abort(t, ABORT_DRIVER_GONE, why);
-        }
+        if (!atomic_load(&w->stop)) driver_gone(t, &err);
         return NULL;
     }
     int rc = hvd_client_call_stream(c, &hvd_wait_shutdown_desc, NULL, NULL, NULL, w->stop_efd,
@@ -112,9 +123,7 @@ static void *watch_main(void *arg) {
         task_request_abort(t, ABORT_DRIVER_SHUTDOWN, "the driver shut the job down");
     } else if (err.code == HVD_E_IO || err.code == HVD_E_TIMEOUT || err.code == HVD_E_AUTH ||
                err.code == HVD_E_PROTOCOL) {
-        char why[HVD_ERR_MAX];
-        snprintf(why, sizeof why, "the driver went away: %s", err.msg);
-        task_request_abort(t, ABORT_DRIVER_GONE, why);
+        driver_gone(t, &err);
     } else {
         /* The driver answered, but refused the long-poll: it still runs the job. */
         task_log(t, HVD_LOG_WARN, "not watching the driver for shutdown: %s", err.msg);
