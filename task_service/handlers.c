@@ -2,110 +2,25 @@
  * run on the server's loop thread and never block: long-polls and subscriptions are held
  * calls with cancel callbacks; the one exception is RUN_COMMAND's fork of the keeper
  * process, which takes a few system calls. */
+#include "handlers.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/env.h"
+#include "common/proc.h"
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
+#include "held.h"
+#include "probe.h"
+#include "pump.h"
+#include "state.h"
 
-/* ---- Held calls ------------------------------------------------------------------------------ */
-
-static void sub_cancelled(void *arg) {
-    task_sub *s = arg;
-    s->call = NULL;
-    s->armed = false;
-    task_log(s->t, HVD_LOG_DEBUG, "a subscriber went away");
-    pump_call_gone(s->t);
-}
-
-static void waiter_cancelled(void *arg) {
-    task_waiter *w = arg;
-    w->call = NULL;
-    pump_call_gone(w->t);
-}
-
-/* Keeps call as a subscriber (active: receives output now). Fails it if out of memory. */
-static void add_sub(hvd_task *t, hvd_call *call, bool active) {
-    task_sub *s = calloc(1, sizeof *s);
-    if (!s) {
-        hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
-        return;
-    }
-    s->t = t;
-    s->call = call;
-    s->active = active;
-    task_sub **pp = &t->subs;
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = s;
-    hvd_call_on_cancel(call, sub_cancelled, s);
-}
-
-static void fail_held(hvd_call **call, int code, const char *msg) {
-    hvd_call *c = *call;
-    *call = NULL; /* before answering: a failed send cancels (and frees) the call */
-    hvd_call_fail(c, code, "%s", msg);
-}
-
-/* Fails the ATTACH calls held for a command and the WAIT_EXIT calls. */
-static void fail_waiting(hvd_task *t, int code, const char *msg) {
-    for (task_sub *s = t->subs; s; s = s->next)
-        if (s->call && !s->active) fail_held(&s->call, code, msg);
-    for (task_waiter *w = t->waiters; w; w = w->next)
-        if (w->call) fail_held(&w->call, code, msg);
-    pump_call_gone(t);
-}
-
-void task_loop_abort(void *arg) {
-    hvd_task *t = arg;
-    if (t->cmd) {
-        if (!t->ended) {
-            pthread_mutex_lock(&t->mu);
-            bool again = t->abort_sent;
-            t->abort_sent = true;
-            pthread_mutex_unlock(&t->mu);
-            if (again) return; /* the keeper is at it */
-            task_log(t, HVD_LOG_INFO,
-                     "aborting the command: SIGTERM to all its processes, SIGKILL after %d ms",
-                     t->cfg.grace_ms);
-            hvd_proc_abort(t->cmd);
-        }
-        return;
-    }
-    if (t->refused) return;
-    t->refused = true;
-    char msg[128];
-    snprintf(msg, sizeof msg, "%s was aborted before a command started", t->name);
-    fail_waiting(t, HVD_E_STATE, msg);
-}
-
-void task_loop_quiesce(void *arg) {
-    hvd_task *t = arg;
-    t->loop_stopping = true;
-    char msg[128];
-    snprintf(msg, sizeof msg, "%s is stopping before its command ended", t->name);
-    for (task_sub *s = t->subs; s; s = s->next) {
-        if (!s->call) continue;
-        if (t->ended)
-            pump_reply_exit(&s->call, t->exit_code);
-        else
-            fail_held(&s->call, HVD_E_SHUTDOWN, msg);
-    }
-    for (task_waiter *w = t->waiters; w; w = w->next) {
-        if (!w->call) continue;
-        if (t->ended)
-            pump_reply_exit(&w->call, t->exit_code);
-        else
-            fail_held(&w->call, HVD_E_SHUTDOWN, msg);
-    }
-    pump_sweep(t);
-    pthread_mutex_lock(&t->mu);
-    t->loop_quiesced = true;
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-}
+#define PROBE_ADDR_MS 2000 /* budget to reach one peer address */
 
 /* ---- RUN_COMMAND ----------------------------------------------------------------------------- */
 
@@ -187,6 +102,85 @@ out:
     return envp;
 }
 
+/* Fails call and returns true if this service takes no command now. */
+static bool refuse_run(hvd_task *t, hvd_call *call, const hvd_run_msg *req) {
+    pthread_mutex_lock(&t->mu);
+    bool stopping = t->stopping;
+    pthread_mutex_unlock(&t->mu);
+    if (!req->command || !*req->command)
+        hvd_call_fail(call, HVD_E_INVALID, "no command given to %s", t->name);
+    else if (t->cmd)
+        hvd_call_fail(call, HVD_E_STATE, "%s already ran a command", t->name);
+    else if (t->refused)
+        hvd_call_fail(call, HVD_E_STATE,
+                      "%s was aborted before a command started: the job is being torn down",
+                      t->name);
+    else if (stopping)
+        hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
+    else
+        return false;
+    return true;
+}
+
+/* Starts the command with envp and puts its output and exit on the loop. Returns true, or
+ * false with call failed and no command left (t->cmd NULL). */
+static bool start_command(hvd_task *t, hvd_call *call, const hvd_run_msg *req, char **envp) {
+    hvd_err err;
+    hvd_proc_spec spec = {.command = req->command,
+                          .envp = envp,
+                          .cwd = t->work_dir,
+                          .grace_ms = t->cfg.grace_ms,
+                          .cleanup_dir = t->shm_dir};
+    t->cmd = hvd_proc_start(&spec, &err);
+    if (!t->cmd) {
+        task_log(t, HVD_LOG_ERROR, "%s", err.msg);
+        hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
+        return false;
+    }
+    if (pump_start(t, req->prefix_output, req->timestamps, &err) != 0) {
+        /* The command runs but cannot be watched (the loop is out of resources): take it
+         * down at once, so that it counts as never started. This blocks the loop for up to
+         * the grace period, on a path that should never be taken. */
+        task_log(t, HVD_LOG_ERROR, "cannot watch the command: %s", err.msg);
+        pump_stop(t);
+        hvd_proc_free(t->cmd);
+        t->cmd = NULL;
+        hvd_call_fail(call, HVD_E_INTERNAL, "%s cannot watch the command: %s", t->name, err.msg);
+        return false;
+    }
+    return true;
+}
+
+/* The command runs: tells hvd_task_run, lets the held ATTACH calls receive its output, and
+ * answers the request (with attach, holds it as a subscriber too). */
+static void command_started(hvd_task *t, hvd_call *call, const hvd_run_msg *req) {
+    pthread_mutex_lock(&t->mu);
+    t->started = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    task_log(t, HVD_LOG_INFO, "running the command (pid %d) for %s: %.300s%s",
+             (int)hvd_proc_pid(t->cmd), hvd_call_peer_host(call), req->command,
+             strlen(req->command) > 300 ? "..." : "");
+    held_activate_subs(t);
+    if (req->attach)
+        held_add_sub(t, call, true);
+    else
+        hvd_call_reply(call, &hvd_ack_desc, NULL);
+}
+
+/* Runs the request's command in its environment; answers call either way. */
+static void run_command(hvd_task *t, hvd_call *call, const hvd_run_msg *req) {
+    hvd_err err;
+    char **envp = command_env(t, req, &err);
+    if (!envp) {
+        hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
+        return;
+    }
+    if (t->cfg.log_level >= HVD_LOG_DEBUG) log_env(t, req, envp);
+    if (start_command(t, call, req, envp)) command_started(t, call, req);
+    hvd_env_free(envp);
+}
+
 static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
     hvd_task *t = user;
     hvd_run_msg req;
@@ -195,61 +189,7 @@ static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
         hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
         return;
     }
-    pthread_mutex_lock(&t->mu);
-    bool stopping = t->stopping;
-    pthread_mutex_unlock(&t->mu);
-    char **envp = NULL;
-    if (!req.command || !*req.command) {
-        hvd_call_fail(call, HVD_E_INVALID, "no command given to %s", t->name);
-    } else if (t->cmd) {
-        hvd_call_fail(call, HVD_E_STATE, "%s already ran a command", t->name);
-    } else if (t->refused) {
-        hvd_call_fail(call, HVD_E_STATE,
-                      "%s was aborted before a command started: the job is being torn down",
-                      t->name);
-    } else if (stopping) {
-        hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
-    } else if (!(envp = command_env(t, &req, &err))) {
-        hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
-    } else {
-        if (t->cfg.log_level >= HVD_LOG_DEBUG) log_env(t, &req, envp);
-        hvd_proc_spec spec = {.command = req.command,
-                              .envp = envp,
-                              .cwd = t->work_dir,
-                              .grace_ms = t->cfg.grace_ms,
-                              .cleanup_dir = t->shm_dir};
-        t->cmd = hvd_proc_start(&spec, &err);
-        if (!t->cmd) {
-            task_log(t, HVD_LOG_ERROR, "%s", err.msg);
-            hvd_call_fail(call, err.code, "%s: %s", t->name, err.msg);
-        } else if (pump_start(t, req.prefix_output, req.timestamps, &err) != 0) {
-            /* The command runs but cannot be watched (the loop is out of resources): take
-             * it down at once, so that it counts as never started. This blocks the loop
-             * for up to the grace period, on a path that should never be taken. */
-            task_log(t, HVD_LOG_ERROR, "cannot watch the command: %s", err.msg);
-            pump_stop(t);
-            hvd_proc_free(t->cmd);
-            t->cmd = NULL;
-            hvd_call_fail(call, HVD_E_INTERNAL, "%s cannot watch the command: %s", t->name,
-                          err.msg);
-        } else {
-            pthread_mutex_lock(&t->mu);
-            t->started = true;
-            pthread_cond_broadcast(&t->cv);
-            pthread_mutex_unlock(&t->mu);
-            task_log(t, HVD_LOG_INFO, "running the command (pid %d) for %s: %.300s%s",
-                     (int)hvd_proc_pid(t->cmd), hvd_call_peer_host(call), req.command,
-                     strlen(req.command) > 300 ? "..." : "");
-            for (task_sub *s = t->subs; s; s = s->next)
-                s->active = true; /* ATTACH calls held until now */
-            if (req.attach) {
-                add_sub(t, call, true);
-            } else {
-                hvd_call_reply(call, &hvd_ack_desc, NULL);
-            }
-        }
-    }
-    hvd_env_free(envp);
+    if (!refuse_run(t, call, &req)) run_command(t, call, &req);
     hvd_msg_free(&hvd_run_desc, &req);
 }
 
@@ -269,7 +209,7 @@ static void on_attach(hvd_call *call, const msgpack_object *body, void *user) {
     } else if (stopping || t->loop_stopping) {
         hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
     } else {
-        add_sub(t, call, t->cmd != NULL);
+        held_add_sub(t, call, t->cmd != NULL);
         task_log(t, HVD_LOG_DEBUG, "%s attached%s", hvd_call_peer_host(call),
                  t->cmd ? "" : " (waiting for a command)");
     }
@@ -291,16 +231,7 @@ static void on_wait_exit(hvd_call *call, const msgpack_object *body, void *user)
         hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
         return;
     }
-    task_waiter *w = calloc(1, sizeof *w);
-    if (!w) {
-        hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
-        return;
-    }
-    w->t = t;
-    w->call = call;
-    w->next = t->waiters;
-    t->waiters = w;
-    hvd_call_on_cancel(call, waiter_cancelled, w);
+    held_add_waiter(t, call);
 }
 
 static void on_abort(hvd_call *call, const msgpack_object *body, void *user) {
@@ -372,23 +303,12 @@ static void on_get_result(hvd_call *call, const msgpack_object *body, void *user
 
 /* ---- REGISTRATION_DONE and probing ----------------------------------------------------------- */
 
-/* Probes the other tasks and reports what was reached to the driver (own thread). */
-static void *probe_main(void *arg) {
-    hvd_task *t = arg;
-    hvd_reachable_msg rep;
-    hvd_err err;
-    int64_t t0 = task_now_ms();
-    /* peers is not written while this thread runs (see on_registration_done). */
-    if (probe_peers(&t->cfg.secret, t->cfg.index, &t->peers.tasks, TASK_PROBE_MS, &t->probe_cancel,
-                    &rep, &err) != 0) {
-        task_log(t, HVD_LOG_ERROR, "cannot probe the other tasks: %s", err.msg);
-        atomic_store(&t->probe_finished, true);
-        return NULL;
-    }
+/* Logs how many other tasks the probe reached, and which ones it did not. */
+static void log_reach(hvd_task *t, const hvd_reachable_msg *rep, int64_t t0) {
     size_t reached = 0;
     char missing[256] = "";
-    hvd_reach *r = rep.reach.v;
-    for (size_t i = 0; i < rep.reach.n; i++) {
+    const hvd_reach *r = rep->reach.v;
+    for (size_t i = 0; i < rep->reach.n; i++) {
         if (r[i].addrs.n > 0) {
             reached++;
         } else {
@@ -397,32 +317,51 @@ static void *probe_main(void *arg) {
                 snprintf(missing + used, sizeof missing - used, "%s%u", used ? "," : "", r[i].to);
         }
     }
-    if (reached < rep.reach.n)
+    if (reached < rep->reach.n)
         task_log(t, HVD_LOG_WARN, "reached %zu of %zu other tasks; none of the addresses of %s",
-                 reached, rep.reach.n, missing);
+                 reached, rep->reach.n, missing);
     else
-        task_log(t, HVD_LOG_INFO, "reached all %zu other tasks in %lld ms", rep.reach.n,
-                 (long long)(task_now_ms() - t0));
-    int64_t deadline = task_now_ms() + t->cfg.start_timeout_ms;
-    int backoff = 100, sent = 0;
+        task_log(t, HVD_LOG_INFO, "reached all %zu other tasks in %lld ms", rep->reach.n,
+                 (long long)(hvd_now_ms() - t0));
+}
+
+/* Sends rep to the driver, retried with backoff while the driver cannot be reached, until
+ * the start timeout passes or hvd_task_stop cancels the probe. */
+static void report_reach(hvd_task *t, const hvd_reachable_msg *rep) {
+    hvd_err err;
+    int64_t deadline = hvd_now_ms() + t->cfg.start_timeout_ms;
+    int backoff = TASK_BACKOFF_FIRST_MS, sent = 0;
     while (!atomic_load(&t->probe_cancel)) {
-        int64_t left = deadline - task_now_ms();
-        hvd_client *d =
-            task_driver_connect(t, left < 3000 ? (int)(left > 100 ? left : 100) : 3000, &err);
+        hvd_client *d = task_driver_connect(t, task_attempt_ms(deadline), &err);
         if (d) {
-            sent = hvd_client_call(d, &hvd_reachable_desc, &rep, &hvd_ack_desc, NULL, 0,
+            sent = hvd_client_call(d, &hvd_reachable_desc, rep, &hvd_ack_desc, NULL, 0,
                                    HVD_CALL_RETRY, &err) == 0;
             hvd_client_close(d);
             if (sent || (err.code != HVD_E_IO && err.code != HVD_E_TIMEOUT)) break;
         }
-        if (task_now_ms() + backoff >= deadline) break;
-        struct timespec ts = {backoff / 1000, (long)(backoff % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-        backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+        if (hvd_now_ms() + backoff >= deadline) break;
+        task_sleep_ms(backoff);
+        backoff = backoff * 2 > TASK_BACKOFF_MAX_MS ? TASK_BACKOFF_MAX_MS : backoff * 2;
     }
     if (!sent && !atomic_load(&t->probe_cancel))
         task_log(t, HVD_LOG_ERROR, "cannot report reachability to the driver: %s", err.msg);
-    hvd_msg_free(&hvd_reachable_desc, &rep);
+}
+
+/* Probes the other tasks and reports what was reached to the driver (own thread). */
+static void *probe_main(void *arg) {
+    hvd_task *t = arg;
+    hvd_reachable_msg rep;
+    hvd_err err;
+    int64_t t0 = hvd_now_ms();
+    /* peers is not written while this thread runs (see on_registration_done). */
+    if (probe_peers(&t->cfg.secret, t->cfg.index, &t->peers.tasks, PROBE_ADDR_MS, &t->probe_cancel,
+                    &rep, &err) == 0) {
+        log_reach(t, &rep, t0);
+        report_reach(t, &rep);
+        hvd_msg_free(&hvd_reachable_desc, &rep);
+    } else {
+        task_log(t, HVD_LOG_ERROR, "cannot probe the other tasks: %s", err.msg);
+    }
     atomic_store(&t->probe_finished, true);
     return NULL;
 }

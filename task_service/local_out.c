@@ -3,12 +3,14 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <time.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/io.h"
 
 /* How long destroy waits for queued output to be written before leaving the writer behind
  * (a log pipe nobody reads would otherwise hold up the service's stop forever). */
@@ -36,21 +38,6 @@ struct hvd_local_out {
     void *arg;
 };
 
-/* Writes all of data; gives up on any error other than EINTR. */
-static void write_all(int fd, const uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w > 0) {
-            p += w;
-            n -= (size_t)w;
-        } else if (w < 0 && errno == EINTR) {
-            continue;
-        } else {
-            return;
-        }
-    }
-}
-
 static void free_sink(hvd_local_out *o) {
     while (o->head) {
         chunk *c = o->head;
@@ -73,7 +60,7 @@ static void *writer_main(void *arg) {
         o->head = c->next;
         if (!o->head) o->tail = NULL;
         pthread_mutex_unlock(&o->mu);
-        write_all(c->fd, c->data, c->len);
+        (void)hvd_write_all(c->fd, c->data, c->len); /* an error drops it: see the header */
         pthread_mutex_lock(&o->mu);
         o->queued -= c->len;
         free(c);
@@ -161,14 +148,7 @@ void hvd_local_out_notify(hvd_local_out *o) {
 
 void hvd_local_out_destroy(hvd_local_out *o) {
     if (!o) return;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += FLUSH_MS / 1000;
-    until.tv_nsec += (long)(FLUSH_MS % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = hvd_ms_to_timespec(hvd_now_ms() + FLUSH_MS); /* cv: monotonic */
     pthread_mutex_lock(&o->mu);
     o->stop = true;
     o->want_room = false; /* on_room's target may be going away */

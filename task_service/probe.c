@@ -2,12 +2,15 @@
  * from this task's side): every address of every other task is tried on its own, a few at a
  * time, each within a short budget, so one black-holed interface costs one budget and not
  * one per peer. */
+#include "probe.h"
+
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
 
 #define PROBE_THREADS 8 /* probes in flight at once */
 
@@ -81,6 +84,57 @@ static void *probe_worker(void *arg) {
     return NULL;
 }
 
+/* Fills p->jobs with one job per address of every task but self, in the order of tasks.
+ * Returns 0, or -1 if out of memory. */
+static int plan_jobs(probe_pool *p, uint32_t self, const hvd_list *tasks) {
+    const hvd_task_info *info = tasks->v;
+    size_t njobs = 0;
+    for (size_t i = 0; i < tasks->n; i++)
+        if (info[i].index != self) njobs += info[i].addrs.n;
+    p->jobs = calloc(njobs ? njobs : 1, sizeof *p->jobs);
+    if (!p->jobs) return -1;
+    for (size_t i = 0; i < tasks->n; i++) {
+        if (info[i].index == self) continue;
+        const hvd_addr *a = info[i].addrs.v;
+        for (size_t k = 0; k < info[i].addrs.n; k++)
+            p->jobs[p->njobs++] = (probe_job){.to = info[i].index, .at = &a[k]};
+    }
+    return 0;
+}
+
+/* Runs every job on up to PROBE_THREADS threads, this one included. */
+static void run_jobs(probe_pool *p) {
+    pthread_t th[PROBE_THREADS];
+    size_t nth = 0;
+    while (nth < PROBE_THREADS && nth < p->njobs &&
+           pthread_create(&th[nth], NULL, probe_worker, p) == 0)
+        nth++;
+    probe_worker(p); /* this thread helps (and does it all if no thread started) */
+    for (size_t i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+}
+
+/* One hvd_reach per task but self in out (its reach.v has room for them), with the
+ * addresses its jobs reached. Returns 0, or -1 with err. */
+static int collect(const probe_pool *p, uint32_t self, const hvd_list *tasks,
+                   hvd_reachable_msg *out, hvd_err *err) {
+    const hvd_task_info *info = tasks->v;
+    hvd_reach *reach = out->reach.v;
+    size_t job = 0;
+    for (size_t i = 0; i < tasks->n; i++) {
+        if (info[i].index == self) continue;
+        hvd_reach *r = &reach[out->reach.n++];
+        r->to = info[i].index;
+        size_t n = info[i].addrs.n;
+        hvd_addr *got = calloc(n ? n : 1, sizeof *got);
+        if (!got) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        r->addrs.v = got;
+        for (size_t k = 0; k < n; k++, job++)
+            if (p->jobs[job].reached) got[r->addrs.n++] = *p->jobs[job].at;
+    }
+    return 0;
+}
+
 int probe_peers(const hvd_secret *secret, uint32_t self, const hvd_list *tasks, int timeout_ms,
                 atomic_bool *cancel, hvd_reachable_msg *out, hvd_err *err) {
     memset(out, 0, sizeof *out);
@@ -89,54 +143,18 @@ int probe_peers(const hvd_secret *secret, uint32_t self, const hvd_list *tasks, 
     probe_pool p = {.secret = secret, .cancel = cancel, .timeout_ms = timeout_ms};
     atomic_init(&p.next, 0);
     hvd_addr *local = NULL;
-    size_t npeers = 0, njobs = 0;
-    for (size_t i = 0; i < tasks->n; i++) {
-        if (info[i].index == self) continue;
-        npeers++;
-        njobs += info[i].addrs.n;
-    }
     if (hvd_local_addrs(&local, &p.nlocal, 0, NULL, err) != 0) return -1;
     p.local = local;
-    p.jobs = calloc(njobs ? njobs : 1, sizeof *p.jobs);
+    size_t npeers = 0;
+    for (size_t i = 0; i < tasks->n; i++)
+        npeers += info[i].index != self;
     out->reach.v = calloc(npeers ? npeers : 1, sizeof(hvd_reach));
-    if (!p.jobs || !out->reach.v) {
-        free(p.jobs);
-        free(local);
-        hvd_msg_free(&hvd_reachable_desc, out);
-        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    }
-    for (size_t i = 0; i < tasks->n; i++) {
-        if (info[i].index == self) continue;
-        const hvd_addr *a = info[i].addrs.v;
-        for (size_t k = 0; k < info[i].addrs.n; k++)
-            p.jobs[p.njobs++] = (probe_job){.to = info[i].index, .at = &a[k]};
-    }
-
-    pthread_t th[PROBE_THREADS];
-    size_t nth = 0;
-    while (nth < PROBE_THREADS && nth < p.njobs &&
-           pthread_create(&th[nth], NULL, probe_worker, &p) == 0)
-        nth++;
-    probe_worker(&p); /* this thread helps (and does it all if no thread started) */
-    for (size_t i = 0; i < nth; i++)
-        pthread_join(th[i], NULL);
-
-    int rc = 0;
-    hvd_reach *reach = out->reach.v;
-    size_t job = 0;
-    for (size_t i = 0; i < tasks->n && rc == 0; i++) {
-        if (info[i].index == self) continue;
-        hvd_reach *r = &reach[out->reach.n++];
-        r->to = info[i].index;
-        size_t n = info[i].addrs.n;
-        hvd_addr *got = calloc(n ? n : 1, sizeof *got);
-        if (!got) {
-            rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-            break;
-        }
-        r->addrs.v = got;
-        for (size_t k = 0; k < n; k++, job++)
-            if (p.jobs[job].reached) got[r->addrs.n++] = *p.jobs[job].at;
+    int rc;
+    if (plan_jobs(&p, self, tasks) != 0 || !out->reach.v) {
+        rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    } else {
+        run_jobs(&p);
+        rc = collect(&p, self, tasks, out, err);
     }
     free(p.jobs);
     free(local);

@@ -13,15 +13,24 @@
  * The command has ended when its exit descriptor fired (the keeper is gone, so every
  * process of the command is gone) and both pipes reached end-of-file with everything read
  * delivered. Then subscribers and WAIT_EXIT calls get the exit code. */
+#include "pump.h"
+
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/io.h"
 #include "common/loop.h"
+#include "common/proc.h"
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
+#include "local_out.h"
+#include "output.h"
+#include "state.h"
 
 static void check_end(hvd_task *t);
 static void on_pipe(int fd, uint32_t events, void *arg);
@@ -101,14 +110,9 @@ static void deliver(hvd_task *t, task_pipe *p, const uint8_t *data, size_t len) 
         return;
     }
     if (t->local && hvd_local_out_write(t->local, p->local_fd, data, len) == 0) return;
-    /* No writer thread, or no memory for the copy: write it here rather than lose it. */
-    while (len > 0) {
-        ssize_t w = write(p->local_fd, data, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        data += w;
-        len -= (size_t)w;
-    }
+    /* No writer thread, or no memory for the copy: write it here rather than lose it (or
+     * drop it on a write error: output has nowhere to go then). */
+    (void)hvd_write_all(p->local_fd, data, len);
 }
 
 /* Delivers what p holds. Returns false if it had to pause (input left in p). */
@@ -247,7 +251,7 @@ static void check_end(hvd_task *t) {
     pthread_mutex_lock(&t->mu);
     t->ended = true;
     t->exit_code = code;
-    t->ended_ms = task_now_ms();
+    t->ended_ms = hvd_now_ms();
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     task_log(t, HVD_LOG_INFO, "the command ended with exit code %d", code);

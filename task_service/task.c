@@ -1,156 +1,58 @@
-/* libhvd_task: start (identity, server, registration with the driver), stop, results and
- * logging. See include/hvd/task.h and task_internal.h. */
+/* libhvd_task: start (identity, server, registration with the driver), stop and results.
+ * The top of task_service/ (see include/hvd/task.h and the layers in state.h). */
 #include <errno.h>
-#include <ftw.h>
-#include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "common/loop.h"
+#include "common/clock.h"
 #include "common/env.h"
+#include "common/fs.h"
+#include "common/loop.h"
+#include "common/proc.h"
+#include "common/strv.h"
+#include "handlers.h"
+#include "held.h"
+#include "hvd/defaults.h"
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
+#include "local_out.h"
+#include "run.h"
+#include "state.h"
 
 extern char **environ;
 
-#define DEFAULT_START_TIMEOUT_MS 600000
-#define DEFAULT_GRACE_MS         5000
-#define DEFAULT_MIN_LIFETIME_MS  3000
-#define REGISTER_PROBE_MS        3000 /* budget of one attempt to reach the driver */
-#define BACKOFF_FIRST_MS         100
-#define BACKOFF_MAX_MS           2000
-
-int64_t task_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms) {
-    if (ms <= 0) return;
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-void task_log(hvd_task *t, int level, const char *fmt, ...) {
-    if (!t->cfg.log || level > t->cfg.log_level) return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    t->cfg.log(t->cfg.log_user, level, line);
-}
-
-bool task_wait_until(hvd_task *t, int64_t deadline_ms) {
-    if (deadline_ms < 0) {
-        pthread_cond_wait(&t->cv, &t->mu);
-        return true;
-    }
-    int64_t now = task_now_ms();
-    if (now >= deadline_ms) return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t left = deadline_ms - now;
-    ts.tv_sec += (time_t)(left / 1000);
-    ts.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-    return task_now_ms() < deadline_ms;
-}
-
-hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err) {
-    hvd_client_config cc = {.service = HVD_DRIVER_SERVICE,
-                            .secret = t->cfg.secret,
-                            .addrs = t->driver_addrs,
-                            .naddrs = t->n_driver_addrs,
-                            .probe_timeout_ms = timeout_ms};
-    hvd_client *c = hvd_client_connect(&cc, err);
-    hvd_secret_wipe(&cc.secret);
-    return c;
-}
-
-void task_info(const hvd_task *t, hvd_task_info *info) {
-    *info = (hvd_task_info){.index = t->cfg.index,
-                            .host_hash = (char *)t->host_hash,
-                            .addrs = {t->addrs, t->naddrs},
-                            .gpus = {t->gpus, t->ngpus},
-                            .work_dir = t->work_dir};
-}
+#define QUIESCE_MS 2000 /* stop: time the loop gets to fail every held call */
 
 /* ---- Start ----------------------------------------------------------------------------------- */
 
-static void free_strv(char **v) {
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
-/* GPUs: the configured list, else CUDA_VISIBLE_DEVICES split on ',', else none. */
-static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
-    size_t cap = 0;
-    const char *env = getenv("CUDA_VISIBLE_DEVICES");
-    if (cfg_gpus) {
-        while (cfg_gpus[cap])
-            cap++;
-    } else if (env) {
-        cap = 1;
-        for (const char *p = env; *p; p++)
-            cap += *p == ',';
-    }
-    t->gpus = calloc(cap + 1, sizeof *t->gpus);
-    if (!t->gpus) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    if (cfg_gpus) {
-        for (size_t i = 0; i < cap; i++)
-            if (!(t->gpus[t->ngpus++] = strdup(cfg_gpus[i])))
-                return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-        return 0;
-    }
-    for (const char *p = env; p && *p;) {
+/* The GPU ids of CUDA_VISIBLE_DEVICES: split on ',', blanks around each id trimmed, empty
+ * ids dropped. NULL if out of memory. */
+static char **gpus_from_env(void) {
+    hvd_strb b = {0};
+    for (const char *p = getenv("CUDA_VISIBLE_DEVICES"); p && *p;) {
         size_t n = strcspn(p, ",");
-        size_t b = 0;
-        while (b < n && (p[b] == ' ' || p[b] == '\t'))
-            b++;
-        size_t e = n;
-        while (e > b && (p[e - 1] == ' ' || p[e - 1] == '\t'))
+        size_t s = 0, e = n;
+        while (s < e && (p[s] == ' ' || p[s] == '\t'))
+            s++;
+        while (e > s && (p[e - 1] == ' ' || p[e - 1] == '\t'))
             e--;
-        if (e > b && !(t->gpus[t->ngpus++] = strndup(p + b, e - b)))
-            return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        if (e > s) hvd_strb_addf(&b, "%.*s", (int)(e - s), p + s);
         p += n;
         if (*p == ',') p++;
     }
-    return 0;
+    return hvd_strb_finish(&b);
 }
 
-/* Open MPI's shared-memory BTL names its segment files in /dev/shm after the real hostname,
- * the job id and the local rank, so two host hashes on one machine (several executors of a
- * machine each with its own host hash, or test "hosts") would open each other's files and
- * crash. Each task service gives its command a private directory instead, unless the
- * executor's environment already chose one. Made when the command starts (t->shm_dir stays
- * NULL if it cannot be made); the keeper removes it when the command ends. */
-void task_make_shm_dir(hvd_task *t) {
-    if (t->shm_dir || hvd_env_get(t->cmd_env, "OMPI_MCA_btl_vader_backing_directory")) return;
-    const char *tmp = getenv("TMPDIR");
-    char path[512];
-    snprintf(path, sizeof path, "%s/hvd-task-XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (tmp && *tmp ? tmp : "/tmp"));
-    if (mkdtemp(path)) t->shm_dir = strdup(path);
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
+/* GPUs: the configured list, else CUDA_VISIBLE_DEVICES, else none. */
+static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
+    t->gpus = cfg_gpus ? hvd_strv_copy(cfg_gpus) : gpus_from_env();
+    if (!t->gpus) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    t->ngpus = hvd_strv_len((const char *const *)t->gpus);
     return 0;
 }
 
@@ -205,15 +107,13 @@ static bool transient(int code) {
 static int register_task(hvd_task *t, hvd_err *err) {
     hvd_task_info info;
     task_info(t, &info);
-    int64_t t0 = task_now_ms();
+    int64_t t0 = hvd_now_ms();
     int64_t deadline = t0 + t->cfg.start_timeout_ms;
-    int backoff = BACKOFF_FIRST_MS, attempts = 0;
+    int backoff = TASK_BACKOFF_FIRST_MS, attempts = 0;
     hvd_err last = {0, ""};
     for (;;) {
         attempts++;
-        int64_t left = deadline - task_now_ms();
-        int budget = left < REGISTER_PROBE_MS ? (int)(left > 100 ? left : 100) : REGISTER_PROBE_MS;
-        hvd_client *d = task_driver_connect(t, budget, &last);
+        hvd_client *d = task_driver_connect(t, task_attempt_ms(deadline), &last);
         if (d) {
             int rc = hvd_client_call(d, &hvd_register_task_desc, &info, &hvd_ack_desc, NULL, 0,
                                      HVD_CALL_RETRY, &last);
@@ -227,7 +127,7 @@ static int register_task(hvd_task *t, hvd_err *err) {
         if (!transient(last.code))
             return hvd_err_set(err, last.code, "%s cannot register with the driver at %s: %s",
                                t->name, t->driver_text, last.msg);
-        if (task_now_ms() + backoff >= deadline)
+        if (hvd_now_ms() + backoff >= deadline)
             return hvd_err_set(err, HVD_E_TIMEOUT,
                                "%s could not register with the driver at %s within %d s (%d "
                                "attempts): %s",
@@ -235,8 +135,8 @@ static int register_task(hvd_task *t, hvd_err *err) {
                                last.msg);
         if (attempts == 1)
             task_log(t, HVD_LOG_WARN, "the driver is not reachable yet, retrying: %s", last.msg);
-        sleep_ms(backoff);
-        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        task_sleep_ms(backoff);
+        backoff = backoff * 2 > TASK_BACKOFF_MAX_MS ? TASK_BACKOFF_MAX_MS : backoff * 2;
     }
 }
 
@@ -262,9 +162,9 @@ static void task_free(hvd_task *t) {
     hvd_msg_free(&hvd_result_desc, &t->result);
     hvd_msg_free(&hvd_registration_done_desc, &t->peers);
     hvd_env_free(t->cmd_env);
-    free_strv(t->gpus);
+    hvd_strv_free(t->gpus);
     free(t->work_dir);
-    if (t->shm_dir) nftw(t->shm_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    if (t->shm_dir) hvd_remove_tree(t->shm_dir);
     free(t->shm_dir);
     free(t->driver_addrs);
     free(t->driver_text);
@@ -276,18 +176,12 @@ static void task_free(hvd_task *t) {
     free(t);
 }
 
-hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
-    if (!cfg || !cfg->driver_addrs || cfg->n_driver_addrs == 0) {
-        hvd_err_set(err, HVD_E_INVALID,
-                    "no driver address: a task service needs the driver's addresses (%s)",
-                    HVD_DRIVER_ADDRS_ENV);
-        return NULL;
-    }
+/* A new task: cfg copied with the defaults applied (its pointers NULLed: init_identity and
+ * init_env copy what they point to), its lock and condition variable made. NULL if out of
+ * memory. */
+static hvd_task *task_new(const hvd_task_config *cfg) {
     hvd_task *t = calloc(1, sizeof *t);
-    if (!t) {
-        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-        return NULL;
-    }
+    if (!t) return NULL;
     t->cfg = *cfg;
     t->cfg.driver_addrs = NULL;
     t->cfg.host_hash = NULL;
@@ -295,47 +189,68 @@ hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
     t->cfg.work_dir = NULL;
     t->cfg.base_env = NULL;
     t->cfg.nics = NULL;
-    if (t->cfg.start_timeout_ms <= 0) t->cfg.start_timeout_ms = DEFAULT_START_TIMEOUT_MS;
-    if (t->cfg.grace_ms <= 0) t->cfg.grace_ms = DEFAULT_GRACE_MS;
-    if (t->cfg.min_lifetime_ms == 0) t->cfg.min_lifetime_ms = DEFAULT_MIN_LIFETIME_MS;
+    if (t->cfg.start_timeout_ms <= 0)
+        t->cfg.start_timeout_ms = HVD_TASK_START_TIMEOUT_DEFAULT_S * 1000;
+    if (t->cfg.grace_ms <= 0) t->cfg.grace_ms = HVD_GRACE_DEFAULT_MS;
+    if (t->cfg.min_lifetime_ms == 0) t->cfg.min_lifetime_ms = HVD_MIN_LIFETIME_DEFAULT_MS;
     if (t->cfg.min_lifetime_ms < 0) t->cfg.min_lifetime_ms = 0;
     hvd_task_service_name(cfg->index, t->name);
     t->abort_efd = -1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* task_wait_until's deadlines */
     pthread_cond_init(&t->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&t->mu, NULL);
     atomic_init(&t->probe_cancel, false);
     atomic_init(&t->probe_finished, false);
     t->pipes[0].fd = t->pipes[1].fd = -1;
+    return t;
+}
 
-    if (init_identity(t, cfg, err) != 0) goto fail;
+/* The eventfd that interrupts hvd_task_run's blocking calls on an abort. */
+static int init_abort_fd(hvd_task *t, hvd_err *err) {
     t->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (t->abort_efd < 0) {
-        hvd_err_set(err, HVD_E_INTERNAL, "eventfd: %s", strerror(errno));
-        goto fail;
-    }
+    if (t->abort_efd < 0) return hvd_err_set(err, HVD_E_INTERNAL, "eventfd: %s", strerror(errno));
+    return 0;
+}
+
+/* The RPC server (not started yet) with the request handlers, and its addresses on nics
+ * (NULL: every interface) in t->addrs. */
+static int init_server(hvd_task *t, const char *const *nics, hvd_err *err) {
     hvd_server_config sc = {.name = t->name, .secret = t->cfg.secret};
     t->srv = hvd_server_create(&sc, err);
     hvd_secret_wipe(&sc.secret);
-    if (!t->srv) goto fail;
-    if (task_handlers_register(t) != 0) {
-        hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot register its request handlers", t->name);
-        goto fail;
-    }
-    if (hvd_server_addrs(t->srv, cfg->nics, &t->addrs, &t->naddrs, err) != 0) {
+    if (!t->srv) return -1;
+    if (task_handlers_register(t) != 0)
+        return hvd_err_set(err, HVD_E_INTERNAL, "%s: cannot register its request handlers",
+                           t->name);
+    if (hvd_server_addrs(t->srv, nics, &t->addrs, &t->naddrs, err) != 0) {
         hvd_err_prefix(err, "%s: ", t->name);
-        goto fail;
+        return -1;
     }
-    if (init_env(t, cfg->base_env, err) != 0) goto fail;
-    if (hvd_server_start(t->srv, err) != 0) goto fail;
-    if (register_task(t, err) != 0) goto fail;
+    return 0;
+}
+
+hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
+    if (!cfg || !cfg->driver_addrs || cfg->n_driver_addrs == 0) {
+        hvd_err_set(err, HVD_E_INVALID,
+                    "no driver address: a task service needs the driver's addresses (%s)",
+                    HVD_DRIVER_ADDRS_ENV);
+        return NULL;
+    }
+    hvd_task *t = task_new(cfg);
+    if (!t) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
+    }
+    if (init_identity(t, cfg, err) != 0 || init_abort_fd(t, err) != 0 ||
+        init_server(t, cfg->nics, err) != 0 || init_env(t, cfg->base_env, err) != 0 ||
+        hvd_server_start(t->srv, err) != 0 || register_task(t, err) != 0) {
+        task_free(t);
+        return NULL;
+    }
     return t;
-fail:
-    task_free(t);
-    return NULL;
 }
 
 /* ---- Results and accessors ------------------------------------------------------------------- */
@@ -380,8 +295,8 @@ static void on_loop(hvd_task *t, hvd_loop_fn fn) {
     if (hvd_loop_post(hvd_server_loop(t->srv), fn, t) != 0) fn(t);
 }
 
-void hvd_task_stop(hvd_task *t) {
-    if (!t) return;
+/* Stop, first: refuses new commands and probes, and ends the probe thread. */
+static void begin_stop(hvd_task *t) {
     pthread_mutex_lock(&t->mu);
     t->stopping = true;
     bool probe = t->probe_running;
@@ -389,36 +304,52 @@ void hvd_task_stop(hvd_task *t) {
     pthread_mutex_unlock(&t->mu);
     atomic_store(&t->probe_cancel, true);
     if (probe) pthread_join(t->probe_thread, NULL);
+}
 
-    /* A command still running is aborted; its exit code is then still answered. */
-    pthread_mutex_lock(&t->mu);
-    if (t->started && !t->ended) {
-        pthread_mutex_unlock(&t->mu);
-        on_loop(t, task_loop_abort);
-        pthread_mutex_lock(&t->mu);
-        int64_t deadline = task_now_ms() + t->cfg.grace_ms + 5000;
-        while (!t->ended && task_wait_until(t, deadline)) {
-        }
-        if (!t->ended)
-            task_log(t, HVD_LOG_WARN, "the command has not ended %d ms after the abort",
-                     t->cfg.grace_ms + 5000);
-    }
-    /* Late WAIT_EXIT calls (a sibling reconnecting) are answered for the minimum lifetime,
-     * or until the driver shuts the job down: then every task ends, nobody needs the code. */
-    if (t->ended) {
-        int64_t until = t->ended_ms + t->cfg.min_lifetime_ms;
-        while (!t->job_over && task_wait_until(t, until)) {
-        }
-    }
+/* Stop, with mu held: a command still running is aborted; its exit code is then still
+ * answered. */
+static void end_command_locked(hvd_task *t) {
+    if (!t->started || t->ended) return;
     pthread_mutex_unlock(&t->mu);
-    task_watch_stop(t);
+    on_loop(t, task_loop_abort);
+    pthread_mutex_lock(&t->mu);
+    int64_t deadline = hvd_now_ms() + t->cfg.grace_ms + TASK_END_SLACK_MS;
+    while (!t->ended && task_wait_until(t, deadline)) {
+    }
+    if (!t->ended)
+        task_log(t, HVD_LOG_WARN, "the command has not ended %d ms after the abort",
+                 t->cfg.grace_ms + TASK_END_SLACK_MS);
+}
 
+/* Stop, with mu held: late WAIT_EXIT calls (a sibling reconnecting) are answered for the
+ * minimum lifetime, or until the driver shuts the job down: then every task ends, nobody
+ * needs the code. */
+static void linger_locked(hvd_task *t) {
+    if (!t->ended) return;
+    int64_t until = t->ended_ms + t->cfg.min_lifetime_ms;
+    while (!t->job_over && task_wait_until(t, until)) {
+    }
+}
+
+/* Stop: the loop fails (or answers) every held call; waits up to QUIESCE_MS for it. */
+static void quiesce(hvd_task *t) {
     on_loop(t, task_loop_quiesce);
     pthread_mutex_lock(&t->mu);
-    int64_t deadline = task_now_ms() + 2000;
+    int64_t deadline = hvd_now_ms() + QUIESCE_MS;
     while (!t->loop_quiesced && task_wait_until(t, deadline)) {
     }
     pthread_mutex_unlock(&t->mu);
+}
+
+void hvd_task_stop(hvd_task *t) {
+    if (!t) return;
+    begin_stop(t);
+    pthread_mutex_lock(&t->mu);
+    end_command_locked(t);
+    linger_locked(t);
+    pthread_mutex_unlock(&t->mu);
+    task_watch_stop(t);
+    quiesce(t);
     hvd_server_stop(t->srv);
     t->loop_stopping = true;
     task_log(t, HVD_LOG_DEBUG, "stopped");

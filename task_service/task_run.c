@@ -1,70 +1,35 @@
 /* hvd_task_run: the rest of a task's life after registration (Horovod's _task_fn, steps
- * T1.5-T2), the driver watcher, and aborts.
+ * T1.5-T2) and the driver watcher.
  *
  * The first task of a host waits for its command and returns its exit code; a sibling
  * holds a WAIT_EXIT long-poll on the first task and returns that code. Meanwhile a watcher
  * thread holds a WAIT_SHUTDOWN long-poll on the driver: its answer, or its connection
  * breaking, aborts the task. Nothing here polls: waits are condition variables, blocking
- * calls without timeouts, and eventfds that interrupt those calls. */
+ * calls without timeouts, and eventfds that interrupt those calls. Aborts go through
+ * held.h. */
+#include "run.h"
+
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "common/loop.h"
+#include "common/clock.h"
+#include "held.h"
+#include "hvd/defaults.h"
 #include "hvd/proto.h"
-#include "task_internal.h"
+#include "hvd/rpc.h"
+#include "state.h"
 
 /* The watcher's client accepts frames up to this size: its only reply is an ack. */
 #define WATCH_MAX_FRAME 4096
 /* How often the watcher tries to reach the driver before concluding it went away. */
 #define WATCH_CONNECT_TRIES 3
-
-/* Loop: interrupts the blocking calls of hvd_task_run and aborts the command. */
-static void loop_abort_now(void *arg) {
-    hvd_task *t = arg;
-    uint64_t one = 1;
-    (void)!write(t->abort_efd, &one, sizeof one);
-    task_loop_abort(t);
-}
-
-/* Loop: the driver shut the job down. That is also how every job ends (the driver shuts the
- * tasks down as soon as mpirun is gone, while orted may still be exiting), so the command
- * and the first task's WAIT_EXIT get a moment to end on their own before the abort. */
-static void loop_abort_later(void *arg) {
-    hvd_task *t = arg;
-    if (hvd_loop_timer(hvd_server_loop(t->srv), TASK_SETTLE_MS, loop_abort_now, t) == 0)
-        loop_abort_now(t);
-}
-
-void task_request_abort(hvd_task *t, task_abort why, const char *detail) {
-    pthread_mutex_lock(&t->mu);
-    bool first = t->abort_why == ABORT_NONE;
-    if (why == ABORT_DRIVER_SHUTDOWN) t->job_over = true;
-    if (first) {
-        t->abort_why = why;
-        snprintf(t->abort_detail, sizeof t->abort_detail, "%s", detail);
-    }
-    pthread_cond_broadcast(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    hvd_loop_fn fn = loop_abort_now;
-    if (why == ABORT_DRIVER_SHUTDOWN) {
-        if (!first) return; /* something else is ending the task already */
-        fn = loop_abort_later;
-    }
-    task_log(t, why == ABORT_DRIVER_GONE ? HVD_LOG_ERROR : HVD_LOG_INFO, "%s: ending", detail);
-    if (hvd_loop_on_thread(hvd_server_loop(t->srv)))
-        fn(t);
-    else
-        hvd_loop_post(hvd_server_loop(t->srv), fn, t);
-}
-
-void hvd_task_abort(hvd_task *t) {
-    if (t) task_request_abort(t, ABORT_USER, "hvd_task_abort was called");
-}
 
 /* The error hvd_task_run returns after an abort. */
 static int aborted_err(hvd_task *t, hvd_err *err) {
@@ -110,32 +75,44 @@ static void drop_connection(hvd_client *c, void *user) {
     hvd_client_call(c, &hvd_host_indices_desc, &m, &hvd_indices_desc, NULL, 0, 0, &err);
 }
 
-static void *watch_main(void *arg) {
-    watcher *w = arg;
+/* Connects the watcher's client to the driver: a few tries, a short pause between them,
+ * until hvd_task_stop stops the watcher. NULL with err. */
+static hvd_client *watch_connect(watcher *w, hvd_err *err) {
     hvd_task *t = w->t;
-    hvd_err err = {0, ""};
     hvd_client *c = NULL;
     hvd_client_config cc = {.service = HVD_DRIVER_SERVICE,
                             .secret = t->cfg.secret,
                             .addrs = t->driver_addrs,
                             .naddrs = t->n_driver_addrs,
-                            .io_timeout_ms =
-                                t->cfg.net_timeout_ms > 0 ? t->cfg.net_timeout_ms : 15000,
+                            .io_timeout_ms = t->cfg.net_timeout_ms > 0
+                                                 ? t->cfg.net_timeout_ms
+                                                 : HVD_NET_TIMEOUT_DEFAULT_S * 1000,
                             .max_frame = WATCH_MAX_FRAME};
     for (int i = 0; i < WATCH_CONNECT_TRIES && !c && !atomic_load(&w->stop); i++) {
         if (i > 0) {
             struct pollfd pf = {.fd = w->stop_efd, .events = POLLIN};
             poll(&pf, 1, 300 * i);
         }
-        c = hvd_client_connect(&cc, &err);
+        c = hvd_client_connect(&cc, err);
     }
     hvd_secret_wipe(&cc.secret);
+    return c;
+}
+
+/* The watcher lost the driver (err says how): the task ends. */
+static void driver_gone(hvd_task *t, const hvd_err *err) {
+    char why[HVD_ERR_MAX];
+    snprintf(why, sizeof why, "the driver went away: %s", err->msg);
+    task_request_abort(t, ABORT_DRIVER_GONE, why);
+}
+
+static void *watch_main(void *arg) {
+    watcher *w = arg;
+    hvd_task *t = w->t;
+    hvd_err err = {0, ""};
+    hvd_client *c = watch_connect(w, &err);
     if (!c) {
-        if (!atomic_load(&w->stop)) {
-            char why[HVD_ERR_MAX];
-            snprintf(why, sizeof why, "the driver went away: %s", err.msg);
-            task_request_abort(t, ABORT_DRIVER_GONE, why);
-        }
+        if (!atomic_load(&w->stop)) driver_gone(t, &err);
         return NULL;
     }
     int rc = hvd_client_call_stream(c, &hvd_wait_shutdown_desc, NULL, NULL, NULL, w->stop_efd,
@@ -146,9 +123,7 @@ static void *watch_main(void *arg) {
         task_request_abort(t, ABORT_DRIVER_SHUTDOWN, "the driver shut the job down");
     } else if (err.code == HVD_E_IO || err.code == HVD_E_TIMEOUT || err.code == HVD_E_AUTH ||
                err.code == HVD_E_PROTOCOL) {
-        char why[HVD_ERR_MAX];
-        snprintf(why, sizeof why, "the driver went away: %s", err.msg);
-        task_request_abort(t, ABORT_DRIVER_GONE, why);
+        driver_gone(t, &err);
     } else {
         /* The driver answered, but refused the long-poll: it still runs the job. */
         task_log(t, HVD_LOG_WARN, "not watching the driver for shutdown: %s", err.msg);
@@ -181,7 +156,7 @@ static int run_first(hvd_task *t, int *exit_code, hvd_err *err) {
     int secs = t->cfg.start_timeout_ms / 1000;
     task_log(t, HVD_LOG_INFO, "%s runs the command of host %s: waiting up to %d s for it", t->name,
              t->host_hash, secs);
-    int64_t deadline = task_now_ms() + t->cfg.start_timeout_ms;
+    int64_t deadline = hvd_now_ms() + t->cfg.start_timeout_ms;
     pthread_mutex_lock(&t->mu);
     while (!t->started && t->abort_why == ABORT_NONE && task_wait_until(t, deadline)) {
     }
@@ -197,7 +172,7 @@ static int run_first(hvd_task *t, int *exit_code, hvd_err *err) {
     if (!t->ended && t->started) {
         /* Aborting: the loop stops the command (after the settle time on a driver
          * shutdown); the keeper guarantees it is gone after the grace period. */
-        int64_t until = task_now_ms() + TASK_SETTLE_MS + t->cfg.grace_ms + 5000;
+        int64_t until = hvd_now_ms() + TASK_SETTLE_MS + t->cfg.grace_ms + TASK_END_SLACK_MS;
         while (!t->ended && task_wait_until(t, until)) {
         }
     }
@@ -269,7 +244,7 @@ static int run_sibling(hvd_task *t, hvd_client *driver, uint32_t first, int *exi
 
 static int run_body(hvd_task *t, int *exit_code, hvd_err *err) {
     int secs = t->cfg.start_timeout_ms / 1000;
-    int64_t deadline = task_now_ms() + t->cfg.start_timeout_ms;
+    int64_t deadline = hvd_now_ms() + t->cfg.start_timeout_ms;
     pthread_mutex_lock(&t->mu);
     while (!t->registration_done && t->abort_why == ABORT_NONE && task_wait_until(t, deadline)) {
     }
@@ -283,7 +258,7 @@ static int run_body(hvd_task *t, int *exit_code, hvd_err *err) {
                            "tasks running, and can the driver reach this one?",
                            t->name, secs);
 
-    hvd_client *d = task_driver_connect(t, 3000, err);
+    hvd_client *d = task_driver_connect(t, TASK_DRIVER_PROBE_MS, err);
     if (!d) {
         hvd_err_prefix(err, "cannot reach the driver: ");
         return -1;

@@ -28,6 +28,8 @@ enum { HVD_LOG_ERROR = 0, HVD_LOG_WARN = 1, HVD_LOG_INFO = 2, HVD_LOG_DEBUG = 3 
  * of variables whose name contains "SECRET" hidden. */
 typedef void (*hvd_task_log_fn)(void *user, int level, const char *line);
 
+/* A task service's settings (hvd_task_start). The HVD_*_DEFAULT_* values are those of
+ * hvd/defaults.h. */
 typedef struct hvd_task_config {
     uint32_t index;               /* this task's index, 0..N-1 */
     hvd_secret secret;            /* the job secret */
@@ -39,19 +41,20 @@ typedef struct hvd_task_config {
     const char *work_dir;    /* NULL: the current directory */
     char *const *base_env;   /* the command's base environment; NULL: environ */
     const char *const *nics; /* interfaces to advertise; NULL: all */
-    int start_timeout_ms;    /* budget of each start-up step: registering with the driver,
-                                the registration-complete notice, and (first task of a host)
-                                the command's arrival; <= 0: 600000 */
-    int grace_ms;            /* abort: SIGTERM -> SIGKILL; <= 0: 5000 */
+    int start_timeout_ms;    /* budget of each start-up step: registering with the driver, the
+                                registration-complete notice, and (first task of a host) the
+                                command's arrival; <= 0: HVD_TASK_START_TIMEOUT_DEFAULT_S s */
+    int grace_ms;            /* abort: SIGTERM -> SIGKILL; <= 0: HVD_GRACE_DEFAULT_MS */
     int min_lifetime_ms;     /* exit code still answered this long after the end (by
                                 hvd_task_stop), or until the driver shuts the job down;
-                                0: 3000; < 0: none */
+                                0: HVD_MIN_LIFETIME_DEFAULT_MS; < 0: none */
     hvd_task_log_fn log;     /* NULL: none */
     void *log_user;
     int log_level;      /* lines above this level are not passed to log */
     int net_timeout_ms; /* the driver counts as gone (and the command is ended) when the
                            watcher's connection to it hears nothing for about this long (TCP
-                           keepalive, TCP_USER_TIMEOUT: a network partition); <= 0: 15000 */
+                           keepalive, TCP_USER_TIMEOUT: a network partition);
+                           <= 0: HVD_NET_TIMEOUT_DEFAULT_S s */
 } hvd_task_config;
 
 /* Starts the task service and registers it with the driver (retrying with backoff while the

@@ -1,18 +1,26 @@
-/* The task service's shared state (private to task_service/).
+/* The task service's state: struct hvd_task and what every file of task_service/ needs to
+ * read and wait on it (private to task_service/).
+ *
+ * Layers, from the top; a file includes only headers of files below it, so the
+ * dependencies form a DAG (task_service/README.md):
+ *
+ *   task.c      hvd_task_start, hvd_task_stop, results, port    -> handlers, run, held, state
+ *   handlers.c  the RPC handlers               (handlers.h)     -> held, pump, probe, state
+ *   task_run.c  hvd_task_run, the driver watcher (run.h)        -> held, state
+ *   held.c      held calls, aborts             (held.h)         -> pump, state
+ *   pump.c      output fan-out, the command's end (pump.h)      -> state
+ *   state.c     this header: log, waits, the driver connection  -> output, local_out
+ *   probe.c (probe.h), output.c (output.h), local_out.c (local_out.h): leaves that know
+ *   nothing of hvd_task.
  *
  * Who touches what:
  *   - "immutable" fields are set by hvd_task_start before the server starts and only read
  *     afterwards, from any thread;
  *   - "shared" fields are guarded by mu; waiters block on cv (CLOCK_MONOTONIC);
- *   - "loop" fields belong to the server's loop thread (handlers.c, pump.c), and to the
- *     thread in hvd_task_stop once the loop has stopped.
- *
- * Files: task.c (start, registration, stop, logging), task_run.c (hvd_task_run, the driver
- * watcher, abort), handlers.c (the RPC handlers), pump.c (output fan-out with back-pressure,
- * the end of the command), probe.c (task-to-task reachability), local_out.c (the service's
- * own stdout/stderr as a bounded sink). */
-#ifndef HVD_TASK_INTERNAL_H
-#define HVD_TASK_INTERNAL_H
+ *   - "loop" fields belong to the server's loop thread (handlers.c, held.c, pump.c), and to
+ *     the thread in hvd_task_stop once the loop has stopped. */
+#ifndef HVD_TASK_STATE_H
+#define HVD_TASK_STATE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,12 +34,11 @@
 #include "local_out.h"
 #include "output.h"
 
-#define TASK_READ_MAX    (64 * 1024)  /* bytes read from an output pipe at once */
-#define TASK_CHUNK_MAX   (64 * 1024)  /* largest formatted chunk handed to a sink */
-#define TASK_CHUNK_SLACK 256          /* framing overhead allowed for in room checks */
-#define TASK_LOCAL_MAX   (256 * 1024) /* bound of the queue to our own stdout/stderr */
-#define TASK_PROBE_MS    2000         /* budget to reach one peer address */
-#define TASK_SETTLE_MS   1000         /* driver shutdown: time a command gets to end by itself */
+#define TASK_SETTLE_MS        1000 /* driver shutdown: time a command gets to end by itself */
+#define TASK_END_SLACK_MS     5000 /* abort: how long after the grace period the end may take */
+#define TASK_DRIVER_PROBE_MS  3000 /* budget of one attempt to reach the driver */
+#define TASK_BACKOFF_FIRST_MS 100  /* first pause between attempts to reach the driver */
+#define TASK_BACKOFF_MAX_MS   2000 /* ... doubled after each attempt up to this */
 
 /* Why hvd_task_run was asked to end early (shared: abort_why). */
 typedef enum task_abort {
@@ -127,60 +134,21 @@ struct hvd_task {
     bool local_failed;    /* ... and that failed: write synchronously */
 };
 
-/* ---- task.c ---------------------------------------------------------------------------------- */
-int64_t task_now_ms(void);
+/* Passes one line to cfg.log if level is within cfg.log_level. Any thread. */
 void task_log(hvd_task *t, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Connects to the driver (one probe round within timeout_ms). NULL with err. */
-hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err);
-/* Fills info with this task's entry (pointers into t: do not free). */
-void task_info(const hvd_task *t, hvd_task_info *info);
 /* Waits on t->cv until deadline_ms (monotonic; < 0: forever). Returns false on timeout. Call
  * with mu held. */
 bool task_wait_until(hvd_task *t, int64_t deadline_ms);
-
-/* ---- task_run.c ------------------------------------------------------------------------------ */
-/* Records the first reason to abort, wakes hvd_task_run and aborts the command on the loop.
- * Any thread. */
-void task_request_abort(hvd_task *t, task_abort why, const char *detail);
-/* Stops the driver watcher hvd_task_run left running (hvd_task_stop). */
-void task_watch_stop(hvd_task *t);
-
-/* ---- handlers.c ------------------------------------------------------------------------------ */
-/* Registers every task-service request handler on t->srv. Returns 0 or -1. */
-int task_handlers_register(hvd_task *t);
-/* Loop: aborts the command if one runs; without one, refuses later commands and fails held
- * ATTACH and WAIT_EXIT calls. */
-void task_loop_abort(void *arg);
-/* Loop: fails every held call (the service stops) and signals loop_quiesced. */
-void task_loop_quiesce(void *arg);
-
-/* ---- pump.c ---------------------------------------------------------------------------------- */
-/* Loop: watches a just-started command's pipes and exit fd. Returns 0 or -1 with err. */
-int pump_start(hvd_task *t, bool prefix, bool timestamps, hvd_err *err);
-/* Loop: stops watching the command's descriptors (before freeing it). */
-void pump_stop(hvd_task *t);
-/* Loop: a subscriber joined or left: re-evaluate back-pressure. */
-void pump_resume(hvd_task *t);
-/* Loop: a held call was answered or cancelled (its pointer cleared): frees such entries and
- * re-evaluates back-pressure soon, from a posted closure, so that nothing is freed under a
- * caller that walks the lists (a failed send cancels calls from inside hvd_call_stream and
- * hvd_call_reply). */
-void pump_call_gone(hvd_task *t);
-/* Frees the subscribers and waiters whose call is NULL. Only with nothing walking them. */
-void pump_sweep(hvd_task *t);
-/* Loop: answers a subscriber or waiter with the exit code (the call pointer is cleared). */
-void pump_reply_exit(hvd_call **call, int exit_code);
-
-/* ---- probe.c --------------------------------------------------------------------------------- */
-/* Probes every task of `tasks` (hvd_task_info) other than `self` at each of its addresses
- * in parallel: an address counts as reached if the peer answers a PING and saw us coming
- * from one of our addresses on the interface of the same name (Horovod's match_intf).
- * Fills out (free with hvd_msg_free(&hvd_reachable_desc, out)). Stops early when *cancel
- * becomes true. Returns 0, or -1 with err (out of memory, no local address). */
-int probe_peers(const hvd_secret *secret, uint32_t self, const hvd_list *tasks, int timeout_ms,
-                atomic_bool *cancel, hvd_reachable_msg *out, hvd_err *err);
-
-/* Makes t->shm_dir for the command (task.c). */
+/* Sleeps ms milliseconds (the whole of it: signals do not cut it short). */
+void task_sleep_ms(int ms);
+/* Fills info with this task's entry (pointers into t: do not free). */
+void task_info(const hvd_task *t, hvd_task_info *info);
+/* The budget of one attempt to reach the driver before deadline_ms (hvd_now_ms time):
+ * TASK_DRIVER_PROBE_MS, or what is left of it, but at least 100 ms. */
+int task_attempt_ms(int64_t deadline_ms);
+/* Connects to the driver (one probe round within timeout_ms). NULL with err. */
+hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err);
+/* Makes t->shm_dir for the command (loop, before the command starts). */
 void task_make_shm_dir(hvd_task *t);
 
 #endif
