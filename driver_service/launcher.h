@@ -113,6 +113,10 @@ int ssh_hosts_check(launch_opts *o, hvd_err *err);
  * (nothing left started). */
 ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job_env, hvd_err *err);
 
+/* Writes the hosts whose session has not started its tasks yet ("h1 (tasks 2-3), ...") into
+ * buf; returns how many. NULL gives 0. Any thread. */
+size_t ssh_tasks_starting(ssh_tasks *st, char *buf, size_t cap);
+
 /* Interrupts every session (the remote tasks are ended). Any thread. */
 void ssh_tasks_interrupt(ssh_tasks *st);
 

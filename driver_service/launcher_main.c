@@ -108,6 +108,18 @@ static int dir_create(launch_dir *dir) {
     return 0;
 }
 
+/* Prints why the job did not get to run. Tasks missing at the start timeout on ssh hosts:
+ * the line also names the hosts whose ssh session had not started its tasks, so that the
+ * host is named whichever timer fires first (the driver's, or the session's own). */
+static void print_start_error(const hvd_err *err, ssh_tasks *ssh) {
+    char hosts[512];
+    if (err->code == HVD_E_TIMEOUT && ssh_tasks_starting(ssh, hosts, sizeof hosts) > 0)
+        fprintf(stderr, "hvd-driver: %s; the ssh sessions of %s had not started their tasks\n",
+                err->msg, hosts);
+    else
+        fprintf(stderr, "hvd-driver: %s\n", err->msg);
+}
+
 /* ---- serve ------------------------------------------------------------------------------- */
 
 static int write_env_file(const launch_opts *o, const launch_dir *dir, const char *addrs,
@@ -149,14 +161,15 @@ static void wait_for_results(hvd_driver *d, int np) {
 }
 
 /* serve: the tasks are in; writes the env file and waits for the ranks. */
-static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, const char *addrs) {
+static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, const char *addrs,
+                 ssh_tasks *ssh) {
     hvd_err err;
     char **ifaces = NULL, *hosts = NULL;
     int rc = 1;
     if (hvd_driver_wait_registration(d, o->start_timeout_s * 1000, &err) != 0 ||
         hvd_driver_common_interfaces(d, o->start_timeout_s * 1000, &ifaces, &err) != 0 ||
         !(hosts = hvd_driver_host_list(d, &err))) {
-        fprintf(stderr, "hvd-driver: %s\n", err.msg);
+        print_start_error(&err, ssh);
         goto out;
     }
     if (write_env_file(o, dir, addrs, hosts, ifaces) != 0) {
@@ -176,7 +189,7 @@ out:
 
 /* ---- run --------------------------------------------------------------------------------- */
 
-static int run(hvd_driver *d, const launch_opts *o) {
+static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
     const char *exec_dir = o->ssh_bin_dir; /* hvd-exec on the hosts; NULL: ours */
     hvd_launch_config lc = {.np = o->np,
                             .exec_bin_dir = exec_dir,
@@ -191,7 +204,7 @@ static int run(hvd_driver *d, const launch_opts *o) {
     int rc = hvd_launch_job(d, &lc, &out, &err);
     watch_ignore_lost(); /* from here on, task services end because the job did */
     if (rc != 0) {
-        fprintf(stderr, "hvd-driver: %s\n", err.msg);
+        print_start_error(&err, ssh);
         return 1;
     }
     if (out.timed_out)
@@ -317,7 +330,7 @@ int main(int argc, char **argv) {
     setenv(HVD_NET_TIMEOUT_ENV, nt, 1);
     rc = 1;
     if (dir_create(&j.dir) == 0 && start_driver(&j) == 0 && start_tasks(&j) == 0)
-        rc = j.o.serve ? serve(j.d, &j.o, &j.dir, j.addrs) : run(j.d, &j.o);
+        rc = j.o.serve ? serve(j.d, &j.o, &j.dir, j.addrs, j.ssh) : run(j.d, &j.o, j.ssh);
     char why[512];
     watch_stop_reason(why, sizeof why);
     int sig = hvd_signals_first();

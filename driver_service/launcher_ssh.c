@@ -391,6 +391,20 @@ static int start_thread(pthread_t *t, void *(*fn)(void *), ssh_host *h) {
     return rc;
 }
 
+size_t ssh_tasks_starting(ssh_tasks *st, char *buf, size_t cap) {
+    size_t n = 0, used = 0;
+    if (cap) buf[0] = '\0';
+    for (size_t i = 0; st && i < st->nhosts; i++) {
+        const ssh_host *h = &st->hosts[i];
+        if (h->ntasks == 0 || __atomic_load_n(&h->started, __ATOMIC_ACQUIRE)) continue;
+        int w = snprintf(buf + used, cap > used ? cap - used : 0, "%s%s (tasks %d-%d)",
+                         n ? ", " : "", h->name, h->first_task, h->first_task + h->ntasks - 1);
+        if (w > 0 && used + (size_t)w < cap) used += (size_t)w;
+        n++;
+    }
+    return n;
+}
+
 void ssh_tasks_interrupt(ssh_tasks *st) {
     (void)!write(st->intr_pipe[1], "x", 1);
 }

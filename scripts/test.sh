@@ -23,6 +23,9 @@ done
 
 bash scripts/install-deps.sh
 bash scripts/install-spark.sh >/dev/null # pyspark from PyPI, for the Spark test
+# The Python package's tests run in a virtual environment with torch and pyspark (a fixed
+# path, reused across runs: scripts/install-python.sh).
+test_python=$(bash scripts/install-python.sh | tail -n 1)
 
 cc_args=()
 if [ -n "$sanitize" ]; then
@@ -33,7 +36,7 @@ if [ -n "$sanitize" ]; then
   cc_args=(-DCMAKE_C_COMPILER=clang -DHVD_SANITIZE="$sanitize")
 fi
 
-cmake -S . -B "$build" -DHVD_WERROR=ON "${cc_args[@]}" >/dev/null
+cmake -S . -B "$build" -DHVD_WERROR=ON -DHVD_TEST_PYTHON="$test_python" "${cc_args[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)"
 
 # Open MPI refuses to run as root unless told; CI runs as root.

@@ -83,8 +83,9 @@ struct hvd_task {
     char name[HVD_SERVICE_NAME_MAX];
     char host_hash[HVD_HOST_HASH_MAX];
     char *work_dir;
-    char *shm_dir; /* private dir for Open MPI's shared-memory files, or NULL */
-    char **gpus;   /* NULL-terminated */
+    uint16_t free_port; /* a port free on this host at start: MASTER_PORT if it runs rank 0 */
+    char *shm_dir;      /* private dir for Open MPI's shared-memory files, or NULL */
+    char **gpus;        /* NULL-terminated */
     size_t ngpus;
     hvd_addr *driver_addrs;
     size_t n_driver_addrs;

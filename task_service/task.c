@@ -14,6 +14,7 @@
 #include "common/fs.h"
 #include "common/loop.h"
 #include "common/proc.h"
+#include "common/sock.h"
 #include "common/strv.h"
 #include "handlers.h"
 #include "held.h"
@@ -73,6 +74,17 @@ static int init_env(hvd_task *t, char *const *base, hvd_err *err) {
     return t->cmd_env ? 0 : -1;
 }
 
+/* A TCP port free on this host now (the kernel's pick for port 0), for the rank that rendezvous
+ * with torch.distributed at MASTER_PORT; 0 if there is none. Another process may take it
+ * before the rank binds it, as with every free-port pick (torchrun's included). */
+static uint16_t free_port(void) {
+    uint16_t port = 0;
+    int fd = hvd_listen_tcp(NULL, 0, &port, NULL);
+    if (fd < 0) return 0;
+    close(fd);
+    return port;
+}
+
 static int init_identity(hvd_task *t, const hvd_task_config *cfg, hvd_err *err) {
     if (cfg->host_hash) {
         if (!hvd_host_hash_valid(cfg->host_hash))
@@ -95,6 +107,7 @@ static int init_identity(hvd_task *t, const hvd_task_config *cfg, hvd_err *err) 
     t->n_driver_addrs = cfg->n_driver_addrs;
     t->driver_text = hvd_addrs_format(t->driver_addrs, t->n_driver_addrs);
     if (!t->driver_text) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    t->free_port = free_port();
     return 0;
 }
 
