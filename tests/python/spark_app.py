@@ -3,7 +3,10 @@
 given on the command line (local-cluster or a standalone master); prints one line
 "CASE <name> <json>" per case for the test to check.
 
-  spark_app.py MASTER NUM_PROC [conf=value ...]
+  spark_app.py MASTER NUM_PROC [--train] [conf=value ...]
+
+--train adds the training parity case: tests/python/torch_cases.py's MLP on the digits with
+hvd_bridge.torch's DistributedOptimizer, on 1 and 2 ranks.
 """
 import io
 import json
@@ -57,7 +60,22 @@ def wait_for_executors(sc, slots, timeout=120):
     raise RuntimeError("the executors did not come up in %d s" % timeout)
 
 
+def train_case(hs):
+    import cloudpickle
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch_cases
+    cloudpickle.register_pickle_by_value(torch_cases)
+    runs = {n: hs.run(torch_cases.train_digits, num_proc=n) for n in (1, 2)}
+    import torch
+    base = [torch.tensor(p) for p in runs[1][0][0]]
+    diffs = [max((torch.tensor(p) - b).abs().max().item() for p, b in zip(params, base))
+             for params, _ in runs[2]]
+    report("train", {"accuracy": [acc for _, acc in runs[1] + runs[2]], "max_diff": diffs})
+
+
 def main():
+    train = "--train" in sys.argv
+    sys.argv = [a for a in sys.argv if a != "--train"]
     master, num_proc = sys.argv[1], int(sys.argv[2])
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
@@ -89,6 +107,8 @@ def main():
                              "traceback": e.remote_traceback, "stderr": err.getvalue()})
     # The job after a failure runs as usual.
     report("again", {"values": hs.run(ranked, args=(1,), num_proc=num_proc)})
+    if train:
+        train_case(hs)
     spark.stop()
 
 

@@ -1,0 +1,528 @@
+"""The collectives of hvd_bridge.torch over the C runtime (hvd_bridge._runtime): Horovod's names,
+signatures and semantics (horovod.torch 0.28.1), tensors passed to the runtime by address.
+
+A CPU tensor that is contiguous goes to the runtime as it is (no copy); others are made
+contiguous first. A CUDA tensor goes through the NCCL backend once the current stream is
+synchronized. Handles are this module's integers; synchronize() waits on the runtime's.
+"""
+import threading
+
+import torch
+
+from .. import _runtime as _rt
+
+HorovodInternalError = _rt.HorovodInternalError
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised (by elastic code) when hosts were added or removed; ``skip_sync`` tells whether the
+    state can be kept without a sync."""
+
+    def __init__(self, skip_sync):
+        super().__init__("hosts updated")
+        self.skip_sync = skip_sync
+
+
+# Reduce ops: Horovod's numbers (an int, as in horovod.torch).
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+# ... and the runtime's (include/hvd/runtime.h: hvd_reduce_op).
+_RT_OP = {Sum: 0, Average: 1, Min: 2, Max: 3, Product: 4}
+
+# torch dtype -> the runtime's hvd_dtype.
+_DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.float16: 4,
+           torch.bfloat16: 5, torch.float32: 6, torch.float64: 7}
+
+
+class ProcessSet:
+    """Horovod's process sets; hvd_bridge supports the global one only."""
+
+    def __init__(self, ranks=None):
+        self.ranks = ranks
+        self.process_set_id = 0
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+    def included(self):
+        return True
+
+    def __repr__(self):
+        return "ProcessSet(global)"
+
+
+global_process_set = ProcessSet()
+
+
+def _check_process_set(process_set):
+    if process_set is not global_process_set and process_set is not None:
+        raise NotImplementedError("hvd_bridge.torch supports only the global process set")
+
+
+# ---- lifecycle --------------------------------------------------------------------------------
+
+def init(comm=None, process_sets=None):
+    """Starts the runtime (MPI and its background thread). A second call does nothing."""
+    if comm is not None or process_sets not in (None, []):
+        raise NotImplementedError("hvd_bridge.torch.init takes no communicator or process sets")
+    if not _rt.is_running():
+        _rt.init()
+        _handles.clear()
+
+
+def shutdown():
+    """Stops the runtime on every rank; init() may be called again afterwards."""
+    _rt.shutdown()
+    _handles.clear()
+
+
+def is_initialized():
+    return bool(_rt.is_running())
+
+
+def _topology(fn):
+    v = fn()
+    if v < 0:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    return v
+
+
+def size():
+    return _topology(_rt.size)
+
+
+def rank():
+    return _topology(_rt.rank)
+
+
+def local_size():
+    return _topology(_rt.local_size)
+
+
+def local_rank():
+    return _topology(_rt.local_rank)
+
+
+def cross_size():
+    return _topology(_rt.cross_size)
+
+
+def cross_rank():
+    return _topology(_rt.cross_rank)
+
+
+def mpi_built():
+    return True
+
+
+def mpi_enabled():
+    return is_initialized()
+
+
+def mpi_threads_supported():
+    _topology(_rt.size)
+    return True
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    """1 when the runtime has its NCCL backend (Horovod returns NCCL's version code), else 0."""
+    return int(_rt.nccl_built())
+
+
+def cuda_built():
+    return bool(_rt.nccl_built())
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise NotImplementedError("set HOROVOD_TIMELINE=<file> before hvd.init() for a timeline")
+
+
+def stop_timeline():
+    raise NotImplementedError("the timeline runs from hvd.init() to hvd.shutdown() "
+                              "(HOROVOD_TIMELINE)")
+
+
+# ---- tensors and handles ----------------------------------------------------------------------
+
+def _dtype(t):
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise ValueError("Tensor type %s is not supported." % t.type()) from None
+
+
+def _device(t):
+    if t.is_cuda:
+        torch.cuda.current_stream(t.device).synchronize()  # the data must be ready
+        return t.device.index
+    if t.device.type != "cpu":
+        raise ValueError("tensors on %s are not supported" % t.device)
+    return _rt.DEVICE_CPU
+
+
+def _contiguous(t):
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _rows(t):
+    """(first_dim, elements per row) of a tensor with at least one dimension."""
+    if t.dim() == 0:
+        raise ValueError("a tensor with no dimension cannot be gathered, scattered or split; "
+                         "use t.reshape(1)")
+    first = t.shape[0]
+    row = 1
+    for d in t.shape[1:]:
+        row *= d
+    return first, row
+
+
+class _Pending:
+    """A submitted collective: its runtime handles, what keeps its buffers alive, and how to
+    build its result once they completed."""
+
+    __slots__ = ("rt_handles", "keep", "finish")
+
+    def __init__(self, rt_handles, keep, finish):
+        self.rt_handles, self.keep, self.finish = rt_handles, keep, finish
+
+
+_handles = {}
+_handles_lock = threading.Lock()
+_next_handle = [0]
+
+
+def _register(rt_handles, keep, finish):
+    with _handles_lock:
+        _next_handle[0] += 1
+        h = _next_handle[0]
+        _handles[h] = _Pending(rt_handles, keep, finish)
+    return h
+
+
+def _name(op, name):
+    return None if name is None else "%s.%s" % (op, name)
+
+
+def _resolve_op(op, average):
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if average is not None:
+        import warnings
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning)
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+def _rt_op(op):
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by hvd_bridge.torch")
+    try:
+        return _RT_OP[op]
+    except KeyError:
+        raise ValueError("unknown reduce op %r" % (op,)) from None
+
+
+def poll(handle):
+    """True once the collective behind handle has completed (synchronize will not block)."""
+    p = _handles.get(handle)
+    if p is None:
+        raise ValueError("Handle %s was not created or has been cleared." % handle)
+    return all(_rt.poll(h) for h in p.rt_handles)
+
+
+def synchronize(handle):
+    """Waits for the collective and returns its output (a tensor, or a tuple for grouped ops and
+    alltoall); raises HorovodInternalError if it failed. An unknown handle gives None."""
+    with _handles_lock:
+        p = _handles.pop(handle, None)
+    if p is None:
+        return None
+    error = None
+    for h in p.rt_handles:  # every one, even after a failure: each must be released
+        try:
+            _rt.wait(h)
+        except HorovodInternalError as e:
+            error = error or e
+    if error is not None:
+        raise error
+    return p.finish()
+
+
+# ---- allreduce --------------------------------------------------------------------------------
+
+def _allreduce_submit(tensor, output, name, op, prescale_factor, postscale_factor):
+    t = _contiguous(tensor)
+    out = output if output is not None and output.is_contiguous() else None
+    if out is None:
+        out = torch.empty_like(t, memory_format=torch.contiguous_format)
+    if op not in (Sum, Average) and (prescale_factor != 1.0 or postscale_factor != 1.0):
+        raise ValueError("prescale_factor and postscale_factor go with Sum and Average only")
+    h = _rt.allreduce_async(name, t.data_ptr(), out.data_ptr(), t.numel(), _dtype(t), _rt_op(op),
+                            float(prescale_factor), float(postscale_factor), _device(t))
+    return h, t, out
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Reduces tensor over every rank into a new tensor; returns a handle."""
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    h, t, out = _allreduce_submit(tensor, None, _name("allreduce", name), op, prescale_factor,
+                                  postscale_factor)
+    return _register([h], (t, out), lambda: out)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Reduces tensor over every rank, in place; returns a handle."""
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    target = tensor if tensor.is_contiguous() else None
+    h, t, out = _allreduce_submit(tensor, target if target is not None else None,
+                                  _name("allreduce", name), op, prescale_factor, postscale_factor)
+    if target is not None:
+        return _register([h], (t,), lambda: tensor)
+
+    def finish():
+        tensor.copy_(out)
+        return tensor
+    return _register([h], (t, out), finish)
+
+
+def _grouped_names(base, n):
+    return [None if base is None else "%s_%dof%d" % (base, i + 1, n) for i in range(n)]
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    subs = [_allreduce_submit(t, None, _name("grouped_allreduce", n), op, prescale_factor,
+                              postscale_factor)
+            for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
+    outs = [o for _, _, o in subs]
+    return _register([h for h, _, _ in subs], subs, lambda: list(outs))
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    subs = []
+    for t, n in zip(tensors, _grouped_names(name, len(tensors))):
+        subs.append(_allreduce_submit(t, t if t.is_contiguous() else None,
+                                      _name("grouped_allreduce", n), op, prescale_factor,
+                                      postscale_factor))
+
+    def finish():
+        for t, (_, _, out) in zip(tensors, subs):
+            if out.data_ptr() != t.data_ptr():
+                t.copy_(out)
+        return list(tensors)
+    return _register([h for h, _, _ in subs], subs, finish)
+
+
+# ---- allgather --------------------------------------------------------------------------------
+
+class _DeviceBuffer:
+    """Runtime-owned CUDA memory shown to torch (__cuda_array_interface__), to copy it out."""
+
+    def __init__(self, address, nbytes):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (address, False), "version": 3}
+
+
+def _take(rt_handle, like, shape_tail):
+    """The runtime's output of an allgather or alltoall as a new tensor like `like`, and the
+    rows each rank contributed."""
+    owner, address, nbytes, first_dim, rows, _ = _rt.take_output(rt_handle)
+    out = torch.empty((first_dim,) + tuple(shape_tail), dtype=like.dtype, device=like.device)
+    if nbytes:
+        if out.is_cuda:
+            src = torch.as_tensor(_DeviceBuffer(address, nbytes), device=out.device)
+            out.view(-1).view(torch.uint8).copy_(src)
+        else:
+            _rt.copy_host(address, out.data_ptr(), nbytes)
+    del owner  # the runtime's memory is freed here
+    return out, rows
+
+
+def _allgather_submit(tensor, name):
+    t = _contiguous(tensor)
+    first, row = _rows(t)
+    h = _rt.allgather_async(name, t.data_ptr(), first, row, _dtype(t), _device(t))
+    return h, t
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's tensor along dimension 0 (first dimensions may differ)."""
+    _check_process_set(process_set)
+    h, t = _allgather_submit(tensor, _name("allgather", name))
+    return _register([h], (t,), lambda: _take(h, t, t.shape[1:])[0])
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    _check_process_set(process_set)
+    subs = [_allgather_submit(t, _name("grouped_allgather", n))
+            for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
+    return _register([h for h, _ in subs], subs,
+                     lambda: [_take(h, t, t.shape[1:])[0] for h, t in subs])
+
+
+# ---- broadcast --------------------------------------------------------------------------------
+
+def _broadcast_submit(buf, root_rank, name):
+    return _rt.broadcast_async(name, buf.data_ptr(), buf.numel(), _dtype(buf), int(root_rank),
+                               _device(buf))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Root's tensor, copied into a new tensor on every rank."""
+    _check_process_set(process_set)
+    out = tensor.detach().clone(memory_format=torch.contiguous_format)
+    h = _broadcast_submit(out, root_rank, _name("broadcast", name))
+    return _register([h], (out,), lambda: out)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Root's tensor, copied into tensor on every rank (in place)."""
+    _check_process_set(process_set)
+    if tensor.is_contiguous():
+        h = _broadcast_submit(tensor, root_rank, _name("broadcast", name))
+        return _register([h], (tensor,), lambda: tensor)
+    buf = tensor.contiguous()
+    h = _broadcast_submit(buf, root_rank, _name("broadcast", name))
+
+    def finish():
+        with torch.no_grad():
+            tensor.copy_(buf)
+        return tensor
+    return _register([h], (buf,), finish)
+
+
+# ---- alltoall ---------------------------------------------------------------------------------
+
+def _split_list(splits, n):
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        if splits.dim() != 1 or splits.dtype != torch.int32:
+            raise ValueError("splits must be a 1-D torch.int32 tensor, or a list")
+        splits = splits.tolist()
+    splits = [int(s) for s in splits]
+    if len(splits) != n:
+        raise ValueError("splits has %d entries, not one per rank (%d)" % (len(splits), n))
+    return splits
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[r] rows (dimension 0) to rank r, receives from every rank in rank order.
+    synchronize() returns (output, received_splits)."""
+    _check_process_set(process_set)
+    t = _contiguous(tensor)
+    first, row = _rows(t)
+    sp = _split_list(splits, size())
+    if sp is None and first % size():
+        raise ValueError("splits not provided, but first dimension of tensor is not an even "
+                         "multiple of the number of workers.")
+    h = _rt.alltoall_async(_name("alltoall", name), t.data_ptr(), first, row, sp, _dtype(t),
+                           _device(t))
+
+    def finish():
+        out, rows = _take(h, t, t.shape[1:])
+        received = torch.tensor(rows, dtype=torch.int32)
+        if isinstance(splits, torch.Tensor):
+            received = received.to(splits.device)
+        return out, received
+    return _register([h], (t,), finish)
+
+
+# ---- reducescatter ----------------------------------------------------------------------------
+
+def _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor):
+    if op not in (Sum, Average):
+        raise HorovodInternalError("Reducescatter currently only supports AVERAGE and SUM.")
+    t = _contiguous(tensor)
+    if prescale_factor != 1.0:
+        t = t * prescale_factor
+    first, row = _rows(t)
+    mine = _rt.reducescatter_rows(first, rank(), size())
+    out = torch.empty((mine,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+    h = _rt.reducescatter_async(name, t.data_ptr(), out.data_ptr(), first, row, _dtype(t),
+                                _rt_op(op), _device(t))
+
+    def finish():
+        if postscale_factor != 1.0:
+            out.mul_(postscale_factor)
+        return out
+    return h, t, out, finish
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over every rank and leaves each rank its slice of dimension 0: the first
+    (rows % size) ranks get one row more."""
+    _check_process_set(process_set)
+    h, t, out, finish = _reducescatter_submit(tensor, _name("reducescatter", name), op,
+                                              prescale_factor, postscale_factor)
+    return _register([h], (t, out), finish)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    _check_process_set(process_set)
+    subs = [_reducescatter_submit(t, _name("grouped_reducescatter", n), op, prescale_factor,
+                                  postscale_factor)
+            for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
+    return _register([s[0] for s in subs], subs, lambda: [s[3]() for s in subs])
+
+
+# ---- barrier and join -------------------------------------------------------------------------
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank has called barrier()."""
+    _check_process_set(process_set)
+    _rt.wait(_rt.barrier_async())
+
+
+def join(device=-1):
+    """Waits until every rank has joined and returns the rank that joined last. Unlike
+    Horovod's, a joined rank does not stand in for the collectives of ranks still working:
+    call it when every rank is done with its collectives."""
+    import time
+    stamp = torch.tensor([time.time()], dtype=torch.float64)
+    if device is not None and device >= 0:
+        stamp = stamp.cuda(device)
+    times = synchronize(allgather_async(stamp, name="join.%d" % _join_count()))
+    return int(torch.argmax(times.cpu()).item())
+
+
+_joins = [0]
+
+
+def _join_count():
+    _joins[0] += 1
+    return _joins[0]

@@ -1,0 +1,264 @@
+"""DistributedOptimizer (horovod.torch's): wraps an optimizer so that each gradient is averaged
+over the ranks. A hook on every parameter submits its gradient's allreduce as soon as backward
+has accumulated it, so communication overlaps the rest of the backward pass; step() (or
+synchronize()) waits for them and then steps.
+"""
+import contextlib
+import warnings
+
+import torch
+
+from . import mpi_ops
+from .compression import Compression
+from .mpi_ops import Average, Sum, allreduce_async_, size, synchronize
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """The methods mixed into the user's optimizer class (see DistributedOptimizer)."""
+
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                   gradient_predivide_factor, groups, sparse_as_dense):
+        self._compression = compression
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
+        self._passes = backward_passes_per_step
+        params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not isinstance(x, tuple) for x in named):
+                raise ValueError("named_parameters should be a sequence of tuples (name, "
+                                 "parameter), usually produced by model.named_parameters().")
+            names = [n for n, _ in named]
+            dups = sorted({n for n in names if names.count(n) > 1})
+            if dups:
+                raise ValueError("Parameter names in named_parameters must be unique. Found "
+                                 "duplicates: %s" % ", ".join(dups))
+            self._names = {id(p): n for n, p in named}
+            missing = [id(p) for p in params if id(p) not in self._names]
+            if missing:
+                raise ValueError("named_parameters was specified, but one or more model "
+                                 "parameters were not named. Python object ids: %s"
+                                 % ", ".join(str(m) for m in missing))
+        else:
+            self._names = {id(p): "allreduce.noname.%d.%d" % (i, j)
+                           for i, g in enumerate(self.param_groups)
+                           for j, p in enumerate(g["params"])}
+        self._groups = self._make_groups(groups, params)
+        self._delay = {id(p): self._passes for p in params}
+        self._handles = {}  # id(p) or group index -> (handle, p or group, ctx)
+        self._group_ready = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._hooks = []
+        if size() > 1 or _elastic():
+            for p in params:
+                if p.requires_grad:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(self._hook))
+
+    # ---- groups ----
+
+    def _make_groups(self, groups, params):
+        """{id(p): group index} for grouped allreduces, or None."""
+        if groups is None or groups == 0:
+            return None
+        trainable = [p for p in params if p.requires_grad]
+        if isinstance(groups, int):
+            if groups < 0:
+                raise ValueError("groups should be a non-negative integer or a list of list of "
+                                 "torch.Tensor.")
+            n = min(groups, len(trainable)) or 1
+            base, extra = divmod(len(trainable), n)
+            lists, off = [], 0
+            for i in range(n):
+                k = base + (1 if i < extra else 0)
+                lists.append(trainable[off:off + k])
+                off += k
+        elif isinstance(groups, list):
+            seen = set()
+            lists = []
+            for g in groups:
+                ids = [id(t) for t in g if torch.is_tensor(t)]
+                if len(ids) != len(g) or seen & set(ids):
+                    raise ValueError("groups should be a non-negative integer or a list of list "
+                                     "of torch.Tensor, each tensor in one group.")
+                seen |= set(ids)
+                lists.append([t for t in g if t.requires_grad])
+            lists += [[p] for p in trainable if id(p) not in seen]
+        else:
+            raise ValueError("groups should be a non-negative integer or a list of list of "
+                             "torch.Tensor.")
+        self._group_lists = [g for g in lists if g]
+        return {id(p): i for i, g in enumerate(self._group_lists) for p in g}
+
+    # ---- the hook ----
+
+    def _hook(self, p):
+        key = id(p)
+        if key in self._handles and self._handles[key][0] is not None and self._delay[key] <= 0:
+            raise AssertionError("Gradients were computed more than backward_passes_per_step "
+                                 "times before call to step(). Increase backward_passes_per_step "
+                                 "to accumulate gradients locally.")
+        self._delay[key] -= 1
+        if self._delay[key] > 0:
+            self._handles[key] = (None, p, None)
+            return
+        if self._groups is None:
+            self._handles[key] = self._submit(p)
+            return
+        gi = self._groups[key]
+        ready = self._group_ready.setdefault(gi, set())
+        ready.add(key)
+        self._handles[key] = (None, p, None)
+        if len(ready) == len(self._group_lists[gi]):
+            self._submit_group(gi)
+
+    def _scale(self):
+        if self._op == Average and self._predivide != 1.0:
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
+
+    def _grad(self, p):
+        if p.grad is None:  # unused in forward: zeros, so that every rank takes part
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            if not self._sparse_as_dense:
+                raise NotImplementedError("sparse gradients: use sparse_as_dense=True")
+            p.grad = p.grad.to_dense()
+        return p.grad
+
+    def _submit(self, p):
+        grad = self._grad(p)
+        compressed, ctx = self._compression.compress(grad)
+        pre, post = self._scale()
+        h = allreduce_async_(compressed, name=self._names[id(p)], op=self._op,
+                             prescale_factor=pre, postscale_factor=post)
+        return h, p, (compressed, ctx)
+
+    def _submit_group(self, gi):
+        members = self._group_lists[gi]
+        pre, post = self._scale()
+        comp = [self._compression.compress(self._grad(p)) for p in members]
+        h = mpi_ops.grouped_allreduce_async_([c for c, _ in comp],
+                                             name=self._names[id(members[0])], op=self._op,
+                                             prescale_factor=pre, postscale_factor=post)
+        for p in members:
+            self._handles.pop(id(p), None)
+        self._handles[("group", gi)] = (h, members, comp)
+        self._group_ready[gi] = set()
+
+    # ---- synchronize, step ----
+
+    def synchronize(self):
+        """Submits what the hooks have not (unused parameters, gradients still accumulating),
+        waits for every allreduce and puts the averaged gradients in place."""
+        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        for p in params:
+            key = id(p)
+            entry = self._handles.get(key)
+            if self._groups is not None:
+                gi = self._groups.get(key)
+                if gi is not None and ("group", gi) not in self._handles:
+                    self._submit_group(gi)
+                continue
+            if entry is None or entry[0] is None:
+                self._handles[key] = self._submit(p)
+        for key, (h, target, ctx) in list(self._handles.items()):
+            synchronize(h)
+            if isinstance(key, tuple):
+                for p, (compressed, c) in zip(target, ctx):
+                    self._put(p, compressed, c)
+                    self._delay[id(p)] = self._passes
+            else:
+                compressed, c = ctx
+                self._put(target, compressed, c)
+                self._delay[key] = self._passes
+        self._handles.clear()
+        self._synchronized = True
+
+    def _put(self, p, compressed, ctx):
+        out = self._compression.decompress(compressed, ctx)
+        if out.data_ptr() != p.grad.data_ptr():
+            p.grad.copy_(out)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """step() inside it does not synchronize (call synchronize() yourself before)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize and (self._hooks or self._handles):
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def _hvd_local_step(self, closure=None):
+        """The wrapped optimizer's step, without allreduces (broadcast_optimizer_state)."""
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self._passes = passes
+        for k in self._delay:
+            self._delay[k] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles.clear()
+        self._synchronized = False
+        self.set_backward_passes_per_step(self._passes)
+        return super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+
+def _elastic():
+    import os
+    return os.environ.get("HOROVOD_ELASTIC") == "1"
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=mpi_ops.global_process_set):
+    """An optimizer of the same class as `optimizer` (isinstance holds) over the same parameter
+    groups, whose step() averages each gradient over the ranks first (op: Average, Sum, ...).
+    backward_passes_per_step: backward passes accumulated locally per allreduce.
+    gradient_predivide_factor f: gradients are scaled by 1/f before the sum and f/size after.
+    groups: an int (that many grouped allreduces) or lists of parameters allreduced together.
+    compression: Compression.none or Compression.fp16."""
+    mpi_ops._check_process_set(process_set)
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    if op not in (Average, Sum):
+        raise ValueError("DistributedOptimizer averages or sums gradients: op must be Average or "
+                         "Sum")
+    if num_groups:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed "
+                      "in v1.0", DeprecationWarning)
+        groups = groups if groups is not None else num_groups
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    opt = cls.__new__(cls)
+    opt.__dict__.update(optimizer.__dict__)  # the same param groups, defaults and state
+    opt._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
+                   gradient_predivide_factor, groups, sparse_as_dense)
+    return opt
+
+
+__all__ = ["DistributedOptimizer", "Average", "Sum"]

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""hvd_bridge.torch with real torch, on real jobs (hvd_bridge.run: task services, mpirun,
+hvd-rsh, hvd-exec; label python, torch):
+
+  collectives_1/2/4  every collective and every dtype against references computed here, on
+                     1, 2 and 4 ranks; async handles, poll and synchronize; grouped ops;
+                     in place and non-contiguous tensors; prescale/postscale; objects;
+                     barrier and join; gradients of allreduce and allgather
+  mismatch           rank 1 sends another shape under the same name: every rank gets a
+                     HorovodInternalError saying so, and the runtime keeps working
+  training_parity    an MLP on scikit-learn's bundled digits with DistributedOptimizer on 1,
+                     2 and 4 ranks at the same global batch: the final parameters are equal
+                     within float tolerance, and the test accuracy is at least 0.95
+  horovod_script     examples/python/train_digits.py, a Horovod training script but for
+                     its import line, runs as a program under hvd-driver (as under
+                     horovodrun) and learns
+  gpu                the CUDA tensor path (NCCL): skipped without a GPU
+
+Exits 77 when torch, scikit-learn, cloudpickle or mpirun is missing, or under a sanitizer.
+"""
+import os
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+sys.path.insert(0, HERE)
+import hvdtest  # noqa: E402
+from hvdtest import Failure, Skip, check  # noqa: E402
+
+ARGS = None
+
+
+def job(fn, np_, *args, **kwargs):
+    """Runs fn on np_ ranks with a process mark; nothing of the job may be left."""
+    import hvd_bridge
+    mark = uuid.uuid4().hex
+    os.environ[hvdtest.MARK_VAR] = mark
+    try:
+        return hvd_bridge.run(fn, args=args, kwargs=kwargs, np=np_, stdout=sys.stdout,
+                              stderr=sys.stderr)
+    except hvd_bridge.JobError as e:
+        raise Failure("the job failed: %s" % e) from e
+    finally:
+        os.environ.pop(hvdtest.MARK_VAR, None)
+        hvdtest.assert_no_leftovers(mark, 15)
+
+
+def collectives_on(n, device="cpu"):
+    import torch_cases
+    failures = job(torch_cases.collectives, n, device)
+    bad = [f for per_rank in failures for f in per_rank]
+    check(not bad, "%d ranks:\n  %s" % (n, "\n  ".join(bad[:30])))
+
+
+def test_collectives_1():
+    collectives_on(1)
+
+
+def test_collectives_2():
+    collectives_on(2)
+
+
+def test_collectives_4():
+    collectives_on(4)
+
+
+def test_mismatch():
+    import torch_cases
+    out = job(torch_cases.mismatch, 3)
+    for r, (err, ok) in enumerate(out):
+        check(err.startswith("HorovodInternalError") and "mismatched" in err and
+              ("shape" in err or "count" in err or "element" in err),
+              "rank %d: %s" % (r, err))
+        check(ok, "rank %d: the runtime works after the failed collective" % r)
+
+
+def test_training_parity():
+    import torch
+    import torch_cases
+    runs = {n: job(torch_cases.train_digits, n) for n in (1, 2, 4)}
+    base_params, base_acc = runs[1][0]
+    check(base_acc >= 0.95, "1 rank: test accuracy %.3f < 0.95" % base_acc)
+    for n in (2, 4):
+        for r, (params, acc) in enumerate(runs[n]):
+            check(acc >= 0.95, "%d ranks, rank %d: accuracy %.3f" % (n, r, acc))
+            for i, (p, q) in enumerate(zip(params, base_params)):
+                a, b = torch.tensor(p), torch.tensor(q)
+                check(torch.allclose(a, b, rtol=1e-7, atol=1e-9),
+                      "%d ranks, rank %d: parameter %d differs from 1 rank by %.3g" %
+                      (n, r, i, (a - b).abs().max().item()))
+
+
+def test_horovod_script():
+    """examples/python/train_digits.py, a Horovod script but for its import line, run as a
+    program the way horovodrun runs one: every rank runs it, rank 0 prints the accuracy."""
+    script = os.path.join(REPO, "examples", "python", "train_digits.py")
+    with open(script) as f:
+        src = f.read()
+    # Nothing of hvd_bridge but the import: every other call is horovod.torch's API.
+    check(src.count("import hvd_bridge.torch as hvd  # was: import horovod.torch as hvd") == 1
+          and src.count("hvd_bridge") == 1, "the script differs from Horovod's by its import")
+    mark = uuid.uuid4().hex
+    env = hvdtest.marked_env(mark)
+    cmd = [os.path.join(ARGS.pythonpath, "hvd_bridge", "bin", "hvd-driver"), "run", "-np", "2",
+           "--local", "1", "--", sys.executable, script, "--epochs", "4"]
+    rc, out, err, _ = hvdtest.run(cmd, env=env, timeout=300)
+    hvdtest.assert_no_leftovers(mark, 15)
+    check(rc == 0, "the script failed (%d):\n%s\n%s" % (rc, out[-3000:], err[-3000:]))
+    acc = [float(m) for m in re.findall(r"epoch 3: test loss \S+, accuracy (\d\.\d+)", out)]
+    check(acc and acc[0] >= 0.9, "rank 0's accuracy after 4 epochs: %s\n%s" % (acc, out))
+
+
+def test_gpu():
+    import torch
+    if not torch.cuda.is_available():
+        raise Skip("no GPU here (run tests/gpu/run_gpu_tests.sh on a machine with one)")
+    collectives_on(1, "cuda")
+
+
+def main():
+    global ARGS
+    ap = hvdtest.arg_parser("--pythonpath")
+    ap.add_argument("--sanitize", default="")
+    ap.add_argument("cases", nargs="*")
+    ARGS = ap.parse_args()
+    if ARGS.sanitize:
+        hvdtest.skip("a sanitizer build: the extension cannot load a sanitized runtime")
+    if not shutil.which("mpirun"):
+        hvdtest.skip("no mpirun")
+    try:
+        import cloudpickle
+        import sklearn  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as e:
+        hvdtest.skip("%s in %s (scripts/install-python.sh makes the test Python)"
+                     % (e, sys.executable))
+    sys.path.insert(0, ARGS.pythonpath)
+    import torch_cases
+    cloudpickle.register_pickle_by_value(torch_cases)  # the ranks need not import it
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (ARGS.pythonpath, os.environ.get("PYTHONPATH")) if p)
+    for k in hvdtest.CLEARED_VARS:
+        os.environ.pop(k, None)
+    os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                      TMPDIR=tempfile.mkdtemp(prefix="hvd-torch-test."))
+    try:
+        return hvdtest.run_cases(hvdtest.cases_in(globals()), ARGS.cases)
+    finally:
+        shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

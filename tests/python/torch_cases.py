@@ -1,0 +1,210 @@
+"""The rank side of test_torch.py: functions that hvd_bridge.run ships to the ranks. Each uses
+hvd_bridge.torch and checks its results against references computed here from every rank's
+inputs (each rank can compute every other rank's inputs: they depend on the rank only).
+A function returns a list of failures (empty: passed) so that the driver reports them all.
+"""
+import os
+
+DTYPES = ["uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+
+
+DEVICE = ["cpu"]  # collectives(device) sets it: where _tensor puts its tensors
+
+
+def _tensor(torch, dtype, rank, n=5, shape=None):
+    """Rank-dependent test data that stays exact in every dtype (small integers)."""
+    t = (torch.arange(n, dtype=torch.float64) % 7 + rank + 1)
+    if shape:
+        t = t.reshape(shape)
+    return t.to(getattr(torch, dtype)).to(DEVICE[0])
+
+
+def collectives(device="cpu"):
+    import torch
+
+    import hvd_bridge.torch as hvd
+    DEVICE[0] = device
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    bad = []
+
+    def expect(what, got, want):
+        if not torch.equal(got.cpu(), want.cpu()):
+            bad.append("rank %d %s: got %s, want %s" % (r, what, got.tolist(), want.tolist()))
+
+    for dt in DTYPES:
+        mine = _tensor(torch, dt, r)
+        every = [_tensor(torch, dt, k) for k in range(n)]
+        wide = [e.cpu().to(torch.float64) for e in every]
+        total = sum(wide)
+        if dt not in ("uint8", "int8"):  # sums overflow the small types at 4 ranks
+            expect("allreduce sum %s" % dt, hvd.allreduce(mine, op=hvd.Sum, name="s." + dt),
+                   total.to(mine.dtype))
+            avg = total / n
+            if not mine.dtype.is_floating_point:
+                avg = torch.trunc(avg)
+            expect("allreduce average %s" % dt, hvd.allreduce(mine, name="a." + dt),
+                   avg.to(mine.dtype))
+            inplace = mine.clone()
+            hvd.allreduce_(inplace, op=hvd.Sum, name="i." + dt)
+            expect("allreduce_ %s" % dt, inplace, total.to(mine.dtype))
+        expect("allreduce min %s" % dt, hvd.allreduce(mine, op=hvd.Min, name="mn." + dt),
+               torch.stack(wide).min(0).values.to(mine.dtype))
+        expect("allreduce max %s" % dt, hvd.allreduce(mine, op=hvd.Max, name="mx." + dt),
+               torch.stack(wide).max(0).values.to(mine.dtype))
+        if dt in ("float32", "float64", "int64"):
+            prod = wide[0].clone()
+            for w in wide[1:]:
+                prod *= w
+            expect("allreduce product %s" % dt,
+                   hvd.allreduce(mine, op=hvd.Product, name="p." + dt), prod.to(mine.dtype))
+        # allgather: rank k sends k+1 rows of 2
+        rows = [_tensor(torch, dt, k, n=2 * (k + 1), shape=(k + 1, 2)) for k in range(n)]
+        expect("allgather %s" % dt, hvd.allgather(rows[r], name="g." + dt), torch.cat(rows))
+        # broadcast from the last rank, out of place and in place
+        b = hvd.broadcast(mine, n - 1, name="b." + dt)
+        expect("broadcast %s" % dt, b, every[n - 1])
+        expect("broadcast keeps the input %s" % dt, mine, _tensor(torch, dt, r))
+        inplace = mine.clone()
+        hvd.broadcast_(inplace, 0, name="bi." + dt)
+        expect("broadcast_ %s" % dt, inplace, every[0])
+        # alltoall, even split: rank k sends row j to rank j
+        src = [_tensor(torch, dt, k, n=n * 3, shape=(n, 3)) for k in range(n)]
+        expect("alltoall %s" % dt, hvd.alltoall(src[r], name="t." + dt),
+               torch.stack([src[k][r] for k in range(n)]))
+    # reducescatter of 2n+1 rows: the first rank gets one more
+    rs = [_tensor(torch, "float32", k, n=(2 * n + 1) * 2, shape=(2 * n + 1, 2)) for k in range(n)]
+    full = sum(rs)
+    counts = [(2 * n + 1) // n + (1 if k < (2 * n + 1) % n else 0) for k in range(n)]
+    start = sum(counts[:r])
+    expect("reducescatter sum", hvd.reducescatter(rs[r], op=hvd.Sum, name="rs"),
+           full[start:start + counts[r]])
+    expect("reducescatter average", hvd.reducescatter(rs[r], name="rsa"),
+           (full / n)[start:start + counts[r]])
+    # alltoall with uneven splits: rank k sends j+1 rows to rank j
+    send = torch.arange(sum(j + 1 for j in range(n)), dtype=torch.int32) + 100 * r
+    got, received = hvd.alltoall(send, splits=[j + 1 for j in range(n)], name="tu")
+    want = torch.cat([(torch.arange(sum(j + 1 for j in range(n)), dtype=torch.int32) + 100 * k)
+                      [sum(j + 1 for j in range(r)):sum(j + 1 for j in range(r + 1))]
+                      for k in range(n)])
+    expect("alltoall uneven", got, want)
+    expect("alltoall received splits", received, torch.tensor([r + 1] * n, dtype=torch.int32))
+    # scaling: (x * 2 summed) * 0.5 = the sum
+    x = torch.ones(4) * (r + 1)
+    expect("prescale/postscale", hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0,
+                                               postscale_factor=0.5, name="scale"),
+           torch.ones(4) * sum(k + 1 for k in range(n)))
+    # non-contiguous input, in place
+    nc = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
+    want = nc * n
+    hvd.allreduce_(nc, op=hvd.Sum, name="nc")
+    expect("non-contiguous allreduce_", nc, want)
+    # async handles: submit several, poll, synchronize in another order
+    hs = [hvd.allreduce_async(torch.ones(3) * k, name="async.%d" % k, op=hvd.Sum)
+          for k in range(4)]
+    for k in reversed(range(4)):
+        expect("async %d" % k, hvd.synchronize(hs[k]), torch.ones(3) * k * n)
+    h = hvd.allreduce_async(torch.ones(1), name="poll")
+    while not hvd.poll(h):
+        pass
+    expect("poll then synchronize", hvd.synchronize(h), torch.ones(1))
+    # grouped
+    outs = hvd.grouped_allreduce([torch.ones(2), torch.ones(3) * 2], op=hvd.Sum, name="grp")
+    expect("grouped 0", outs[0], torch.ones(2) * n)
+    expect("grouped 1", outs[1], torch.ones(3) * 2 * n)
+    # objects, barrier, join
+    if hvd.broadcast_object({"from": r}, root_rank=n - 1) != {"from": n - 1}:
+        bad.append("broadcast_object")
+    if hvd.allgather_object(r * r) != [k * k for k in range(n)]:
+        bad.append("allgather_object")
+    hvd.barrier()
+    last = hvd.join()
+    if not 0 <= last < n:
+        bad.append("join returned %r" % last)
+    bad += _autograd(torch, hvd, r, n)
+    hvd.shutdown()
+    return bad
+
+
+def _autograd(torch, hvd, r, n):
+    bad = []
+    x = (torch.arange(3, dtype=torch.float64) + r).requires_grad_()
+    y = hvd.allreduce(x, op=hvd.Sum, name="ag.allreduce")
+    y.sum().backward()
+    # d/dx of sum(allreduce_sum(x)): every rank's upstream gradient of 1, summed.
+    if not torch.equal(x.grad, torch.full((3,), float(n), dtype=torch.float64)):
+        bad.append("allreduce gradient %s" % x.grad.tolist())
+    z = torch.ones(r + 1, 2, dtype=torch.float64).requires_grad_()
+    g = hvd.allgather(z, name="ag.allgather")
+    (g * 2).sum().backward()
+    if not torch.equal(z.grad, torch.full((r + 1, 2), 2.0, dtype=torch.float64)):
+        bad.append("allgather gradient %s" % z.grad.tolist())
+    return bad
+
+
+def mismatch():
+    """Rank 1 sends another shape under the same name: every rank's handle fails."""
+    import torch
+
+    import hvd_bridge.torch as hvd
+    hvd.init()
+    t = torch.ones(3 if hvd.rank() != 1 else 4)
+    try:
+        hvd.allreduce(t, name="mismatched")
+        out = "no error"
+    except hvd.HorovodInternalError as e:
+        out = "HorovodInternalError: %s" % e
+    # The runtime still works afterwards.
+    ok = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after").item() == hvd.size()
+    hvd.shutdown()
+    return out, ok
+
+
+def digits_data():
+    """scikit-learn's bundled digits (no download), scaled, in a fixed order."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float64)
+    y = d.target.astype(np.int64)
+    order = np.random.RandomState(0).permutation(len(x))
+    return x[order], y[order]
+
+
+def train_digits(steps=150, global_batch=64, lr=0.1):
+    """An MLP on the digits with DistributedOptimizer: each rank takes its slice of the same
+    global batch, so any number of ranks makes the same updates. Returns the final parameters
+    and the test accuracy."""
+    import torch
+
+    import hvd_bridge.torch as hvd
+    hvd.init()
+    torch.manual_seed(1234)
+    x, y = digits_data()
+    split = 1500
+    xtr, ytr = torch.from_numpy(x[:split]), torch.from_numpy(y[:split])
+    xte, yte = torch.from_numpy(x[split:]), torch.from_numpy(y[split:])
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10)).double()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    per = global_batch // hvd.size()
+    for step in range(steps):
+        start = (step * global_batch) % (split - global_batch)
+        lo = start + hvd.rank() * per
+        xb, yb = xtr[lo:lo + per], ytr[lo:lo + per]
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        acc = (model(xte).argmax(1) == yte).double().mean().item()
+    params = [p.detach().clone() for p in model.parameters()]
+    hvd.shutdown()
+    return [p.tolist() for p in params], acc
+
+
+def rank_env():
+    return {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
