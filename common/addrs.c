@@ -4,6 +4,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -232,97 +234,78 @@ static int parse_port(const char *s, size_t n, uint16_t *port) {
     return 0;
 }
 
-/* Parses one entry s[0..n) into a. On failure writes the reason into why. */
-static int parse_entry(const char *s, size_t n, hvd_addr *a, char *why, size_t why_len) {
-    memset(a, 0, sizeof *a);
-    if (n == 0) {
-        snprintf(why, why_len, "it is empty");
-        return -1;
-    }
-    const char *eq = memchr(s, '=', n);
-    if (eq) {
-        size_t ifn = (size_t)(eq - s);
-        if (ifn == 0) {
-            snprintf(why, why_len, "the interface name before '=' is empty");
-            return -1;
-        }
-        if (ifn >= HVD_IFNAME_MAX) {
-            snprintf(why, why_len, "the interface name is %zu characters, at most %d allowed", ifn,
-                     HVD_IFNAME_MAX - 1);
-            return -1;
-        }
-        if (!valid_ifname(s, ifn)) {
-            snprintf(why, why_len,
-                     "the interface name may not contain spaces, control characters or any "
-                     "of =,:[]%%/");
-            return -1;
-        }
-        memcpy(a->ifname, s, ifn);
-        a->ifname[ifn] = '\0';
-        n -= ifn + 1;
-        s = eq + 1;
-    }
+/* Writes the reason into why and returns -1. */
+static int reason(char *why, size_t why_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int reason(char *why, size_t why_len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
 
+/* The optional "ifname=" prefix of *s: into a->ifname, *s and *n moved past it. */
+static int parse_ifname(const char **s, size_t *n, hvd_addr *a, char *why, size_t why_len) {
+    const char *eq = memchr(*s, '=', *n);
+    if (!eq) return 0;
+    size_t ifn = (size_t)(eq - *s);
+    if (ifn == 0) return reason(why, why_len, "the interface name before '=' is empty");
+    if (ifn >= HVD_IFNAME_MAX)
+        return reason(why, why_len, "the interface name is %zu characters, at most %d allowed", ifn,
+                      HVD_IFNAME_MAX - 1);
+    if (!valid_ifname(*s, ifn))
+        return reason(why, why_len,
+                      "the interface name may not contain spaces, control characters or any "
+                      "of =,:[]%%/");
+    memcpy(a->ifname, *s, ifn);
+    a->ifname[ifn] = '\0';
+    *n -= ifn + 1;
+    *s = eq + 1;
+    return 0;
+}
+
+/* Where the host and the port of "host:port" or "[v6]:port" are. */
+typedef struct host_port {
     const char *host, *port;
     size_t hn, pn;
-    int v6 = 0;
+    bool v6;
+} host_port;
+
+static int split_host_port(const char *s, size_t n, host_port *hp, char *why, size_t why_len) {
     if (n > 0 && s[0] == '[') {
         const char *close = memchr(s, ']', n);
-        if (!close) {
-            snprintf(why, why_len, "'[' without a matching ']'");
-            return -1;
-        }
-        host = s + 1;
-        hn = (size_t)(close - host);
+        if (!close) return reason(why, why_len, "'[' without a matching ']'");
         size_t rest = n - (size_t)(close + 1 - s);
-        if (rest == 0 || close[1] != ':') {
-            snprintf(why, why_len, "no \":port\" after the bracketed address");
-            return -1;
-        }
-        port = close + 2;
-        pn = rest - 1;
-        v6 = 1;
+        if (rest == 0 || close[1] != ':')
+            return reason(why, why_len, "no \":port\" after the bracketed address");
+        *hp = (host_port){s + 1, close + 2, (size_t)(close - s - 1), rest - 1, true};
     } else {
         const char *colon = memchr(s, ':', n);
-        if (!colon) {
-            snprintf(why, why_len, "no \":port\" (expected host:port)");
-            return -1;
-        }
-        host = s;
-        hn = (size_t)(colon - s);
-        port = colon + 1;
-        pn = n - hn - 1;
-        if (memchr(port, ':', pn)) {
-            snprintf(why, why_len, "an IPv6 address must be written in brackets: [addr]:port");
-            return -1;
-        }
+        if (!colon) return reason(why, why_len, "no \":port\" (expected host:port)");
+        size_t hn = (size_t)(colon - s);
+        *hp = (host_port){s, colon + 1, hn, n - hn - 1, false};
+        if (memchr(hp->port, ':', hp->pn))
+            return reason(why, why_len, "an IPv6 address must be written in brackets: [addr]:port");
     }
-    if (hn == 0) {
-        snprintf(why, why_len, "the host is empty");
-        return -1;
-    }
-    if (parse_port(port, pn, &a->port) != 0) {
-        snprintf(why, why_len, "the port must be a decimal number from 1 to 65535");
-        return -1;
-    }
+    if (hp->hn == 0) return reason(why, why_len, "the host is empty");
+    return 0;
+}
 
-    /* The host: a numeric address (inet_pton), stored in its canonical text form so that
-     * addresses compare equal as strings. */
+/* The host as a numeric address (inet_pton) in its canonical text form into a->host, so that
+ * addresses compare equal as strings; an IPv6 scope ("%eth0") is kept. */
+static int canonical_host(const host_port *hp, hvd_addr *a, char *why, size_t why_len) {
     char tmp[HVD_HOST_MAX];
-    if (hn >= sizeof tmp) {
-        snprintf(why, why_len, "the host is too long for a numeric IP address");
-        return -1;
-    }
-    memcpy(tmp, host, hn);
-    tmp[hn] = '\0';
-    if (!v6) {
+    if (hp->hn >= sizeof tmp)
+        return reason(why, why_len, "the host is too long for a numeric IP address");
+    memcpy(tmp, hp->host, hp->hn);
+    tmp[hp->hn] = '\0';
+    if (!hp->v6) {
         struct in_addr in4;
-        if (inet_pton(AF_INET, tmp, &in4) != 1) {
-            snprintf(why, why_len,
-                     "the host is not a numeric IPv4 address (names are not resolved; IPv6 "
-                     "goes in brackets)");
-            return -1;
-        }
+        if (inet_pton(AF_INET, tmp, &in4) != 1)
+            return reason(why, why_len,
+                          "the host is not a numeric IPv4 address (names are not resolved; IPv6 "
+                          "goes in brackets)");
         inet_ntop(AF_INET, &in4, a->host, sizeof a->host);
         return 0;
     }
@@ -331,19 +314,15 @@ static int parse_entry(const char *s, size_t n, hvd_addr *a, char *why, size_t w
     if (pct) {
         *pct = '\0';
         scope = pct + 1;
-        if (!valid_ifname(scope, strlen(scope))) {
-            snprintf(why, why_len,
-                     "the IPv6 scope after '%%' must be an interface name of 1 to %d "
-                     "characters",
-                     HVD_IFNAME_MAX - 1);
-            return -1;
-        }
+        if (!valid_ifname(scope, strlen(scope)))
+            return reason(why, why_len,
+                          "the IPv6 scope after '%%' must be an interface name of 1 to %d "
+                          "characters",
+                          HVD_IFNAME_MAX - 1);
     }
     struct in6_addr in6;
-    if (inet_pton(AF_INET6, tmp, &in6) != 1) {
-        snprintf(why, why_len, "the bracketed host is not a numeric IPv6 address");
-        return -1;
-    }
+    if (inet_pton(AF_INET6, tmp, &in6) != 1)
+        return reason(why, why_len, "the bracketed host is not a numeric IPv6 address");
     inet_ntop(AF_INET6, &in6, a->host, sizeof a->host);
     if (scope) {
         size_t used = strlen(a->host);
@@ -351,6 +330,18 @@ static int parse_entry(const char *s, size_t n, hvd_addr *a, char *why, size_t w
         snprintf(a->host + used, sizeof a->host - used, "%%%s", scope);
     }
     return 0;
+}
+
+/* Parses one entry s[0..n) into a. On failure writes the reason into why. */
+static int parse_entry(const char *s, size_t n, hvd_addr *a, char *why, size_t why_len) {
+    memset(a, 0, sizeof *a);
+    if (n == 0) return reason(why, why_len, "it is empty");
+    host_port hp = {NULL, NULL, 0, 0, false};
+    if (parse_ifname(&s, &n, a, why, why_len) != 0 || split_host_port(s, n, &hp, why, why_len) != 0)
+        return -1;
+    if (parse_port(hp.port, hp.pn, &a->port) != 0)
+        return reason(why, why_len, "the port must be a decimal number from 1 to 65535");
+    return canonical_host(&hp, a, why, why_len);
 }
 
 int hvd_addrs_parse(const char *text, hvd_addr **out, size_t *n, hvd_err *err) {
