@@ -518,3 +518,37 @@ class NetnsHosts:
     def __exit__(self, *exc):
         self.remove()
         return False
+
+
+# ---- the Python package's tests ------------------------------------------------------------
+
+def package_test_args(programs=("mpirun",), modules=("cloudpickle",)):
+    """The options of tests/python's scripts (--pythonpath DIR, --sanitize S, case names),
+    parsed; skips (77) under a sanitizer build (the extensions cannot load a sanitized runtime),
+    without one of the programs, or without one of the modules in this Python. Puts the staged
+    package first on sys.path and PYTHONPATH (the jobs' processes inherit it), clears
+    CLEARED_VARS and lets Open MPI run as root."""
+    ap = arg_parser()
+    ap.add_argument("--pythonpath", default="", type=lambda p: os.path.abspath(p) if p else p)
+    ap.add_argument("--sanitize", default="")
+    ap.add_argument("cases", nargs="*")
+    args = ap.parse_args()
+    if args.sanitize:
+        skip("a sanitizer build: the extensions cannot load a sanitized runtime")
+    for prog in programs:
+        if not shutil.which(prog):
+            skip("no %s" % prog)
+    for mod in modules:
+        try:
+            __import__(mod)
+        except ImportError as e:
+            skip("%s in %s (scripts/install-python.sh makes the test Python)" % (e,
+                 sys.executable))
+    if args.pythonpath:
+        sys.path.insert(0, args.pythonpath)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (args.pythonpath, os.environ.get("PYTHONPATH")) if p)
+    for k in CLEARED_VARS:
+        os.environ.pop(k, None)
+    os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return args

@@ -33,7 +33,8 @@ def ranked(base, offset=0):
     import os as _os
     print("rank %s says hello" % _os.environ["RANK"])
     return {"rank": int(_os.environ["RANK"]), "size": int(_os.environ["WORLD_SIZE"]),
-            "value": base * int(_os.environ["RANK"]) + offset, "ancestors": ancestors()}
+            "value": base * int(_os.environ["RANK"]) + offset, "ancestors": ancestors(),
+            "gpus": _os.environ.get("HVD_GPUS"), "cuda": _os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def fails_on_two():

@@ -57,18 +57,8 @@ def test_pip_install():
 
 
 def main():
-    ap = hvdtest.arg_parser()
-    ap.add_argument("--pythonpath", default="")
-    ap.add_argument("--sanitize", default="")
-    ap.add_argument("cases", nargs="*")
-    args = ap.parse_args()
-    if args.sanitize:
-        hvdtest.skip("a sanitizer build")
-    for what in ("mpirun", "cc"):
-        if not shutil.which(what):
-            hvdtest.skip("no %s" % what)
+    args = hvdtest.package_test_args(("mpirun", "cc"), ())
     return hvdtest.run_cases(hvdtest.cases_in(globals()), args.cases)
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -208,26 +208,7 @@ def test_bad_args():
 
 def main():
     global ARGS
-    ap = hvdtest.arg_parser("--pythonpath")
-    ap.add_argument("--sanitize", default="")
-    ap.add_argument("cases", nargs="*")
-    ARGS = ap.parse_args()
-    if ARGS.sanitize:
-        hvdtest.skip("a sanitizer build: the extension cannot load a sanitized runtime")
-    if not shutil.which("mpirun"):
-        hvdtest.skip("no mpirun")
-    try:
-        import cloudpickle  # noqa: F401
-    except ImportError:
-        hvdtest.skip("no cloudpickle in %s (scripts/install-python.sh makes the test Python)"
-                     % sys.executable)
-    sys.path.insert(0, ARGS.pythonpath)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (ARGS.pythonpath, os.environ.get("PYTHONPATH")) if p)
-    for k in hvdtest.CLEARED_VARS:
-        os.environ.pop(k, None)
-    os.environ["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    os.environ["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    ARGS = hvdtest.package_test_args()
     return hvdtest.run_cases({k: guarded(f) for k, f in hvdtest.cases_in(globals()).items()},
                              ARGS.cases)
 
@@ -240,7 +221,6 @@ def guarded(case):
         except RuntimeError as e:
             raise Failure("%s: %s" % (type(e).__name__, e)) from e
     return run
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,12 +6,14 @@ application, runs on
                  PySpark itself), and
   standalone     a standalone cluster this test starts with spark-class: a master and two
                  workers, Spark authentication on with one secret given to the master, the
-                 workers and the application;
+                 workers and the application; each worker offers two (fake) GPUs through
+                 Spark's resource discovery, one per task;
 
 and in each: a function with args and kwargs returns the values in rank order, its output
 reaches an io.StringIO with the rank prefixes, each rank runs under its Spark task's Python
 worker; a function that raises on rank 2 gives a JobError naming rank 2, its task and host,
-with its traceback; a job after that failure runs as usual; on the local cluster, an MLP trained
+with its traceback; a job after that failure runs as usual; on the standalone cluster each
+rank gets its task's Spark GPU (CUDA_VISIBLE_DEVICES, HVD_GPUS); on the local cluster, an MLP trained
 with hvd_bridge.torch's DistributedOptimizer on 1 and on 2 ranks reaches the same parameters
 and at least 0.95 test accuracy. After each application nothing of
 it is left running (its processes carry a marker) and nothing is left in its TMPDIR.
@@ -132,10 +134,28 @@ def start_daemon(app, cls, args, log):
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def check_gpus(cases):
+    """Each task's Spark GPU (a fake one: the discovery script offers 0 and 1 on each of the
+    two workers, one per task) is its rank's, as CUDA_VISIBLE_DEVICES and HVD_GPUS: four ranks,
+    each worker's two GPUs used once."""
+    vals = cases["values"]["values"]
+    for x in vals:
+        check(x["gpus"] in ("0", "1") and x["cuda"] == x["gpus"],
+              "rank %d: HVD_GPUS %r, CUDA_VISIBLE_DEVICES %r" % (x["rank"], x["gpus"], x["cuda"]))
+    check(sorted(x["gpus"] for x in vals) == ["0", "0", "1", "1"],
+          "each task's own GPU: %r" % [(x["rank"], x["gpus"]) for x in vals])
+
+
 def test_standalone():
     app = App(ARGS.spark_home)
     secret = uuid.uuid4().hex
-    auth = "-Dspark.authenticate=true -Dspark.authenticate.secret=%s" % secret
+    gpus = os.path.join(app.work, "gpus.sh")  # Spark's resource discovery: two GPUs per worker
+    with open(gpus, "w") as f:
+        f.write('#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n')
+    os.chmod(gpus, 0o755)
+    auth = ("-Dspark.authenticate=true -Dspark.authenticate.secret=%s "
+            "-Dspark.worker.resource.gpu.amount=2 -Dspark.worker.resource.gpu.discoveryScript=%s"
+            % (secret, gpus))
     app.env.update(SPARK_MASTER_OPTS=auth, SPARK_WORKER_OPTS=auth,
                    SPARK_WORKER_DIR=os.path.join(app.work, "worker"))
     port, ui = hvdtest.free_port(), hvdtest.free_port()
@@ -154,8 +174,12 @@ def test_standalone():
         rc, cases, output = app.run(master, ["spark.authenticate=true",
                                              "spark.authenticate.secret=" + secret,
                                              "spark.executor.cores=2",
-                                             "spark.executor.memory=512m"])
+                                             "spark.executor.memory=512m",
+                                             "spark.executor.resource.gpu.amount=2",
+                                             "spark.executor.resource.gpu.discoveryScript=" + gpus,
+                                             "spark.task.resource.gpu.amount=1"])
         check_cases(rc, cases, output)
+        check_gpus(cases)
     finally:
         for d in daemons:
             hvdtest.stop(d, 15, sig=15)
@@ -164,26 +188,11 @@ def test_standalone():
 
 def main():
     global ARGS
-    ap = hvdtest.arg_parser("--pythonpath")
-    ap.add_argument("--sanitize", default="")
-    ap.add_argument("cases", nargs="*")
-    ARGS = ap.parse_args()
-    if ARGS.sanitize:
-        hvdtest.skip("a sanitizer build: the extension cannot load a sanitized runtime")
-    for what in ("mpirun", "java"):
-        if not shutil.which(what):
-            hvdtest.skip("no %s" % what)
-    try:
-        import cloudpickle  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as e:
-        hvdtest.skip("%s in %s (scripts/install-python.sh makes the test Python)" % (e,
-                     sys.executable))
+    ARGS = hvdtest.package_test_args(("mpirun", "java"), ("cloudpickle", "pyspark"))
     ARGS.spark_home = test_spark.find_spark_home()
     if not ARGS.spark_home:
         hvdtest.skip("no Spark (scripts/install-spark.sh)")
     return hvdtest.run_cases(hvdtest.cases_in(globals()), ARGS.cases)
-
 
 if __name__ == "__main__":
     sys.exit(main())

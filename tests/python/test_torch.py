@@ -124,35 +124,15 @@ def test_gpu():
 
 def main():
     global ARGS
-    ap = hvdtest.arg_parser("--pythonpath")
-    ap.add_argument("--sanitize", default="")
-    ap.add_argument("cases", nargs="*")
-    ARGS = ap.parse_args()
-    if ARGS.sanitize:
-        hvdtest.skip("a sanitizer build: the extension cannot load a sanitized runtime")
-    if not shutil.which("mpirun"):
-        hvdtest.skip("no mpirun")
-    try:
-        import cloudpickle
-        import sklearn  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as e:
-        hvdtest.skip("%s in %s (scripts/install-python.sh makes the test Python)"
-                     % (e, sys.executable))
-    sys.path.insert(0, ARGS.pythonpath)
+    ARGS = hvdtest.package_test_args(modules=("cloudpickle", "sklearn", "torch"))
+    import cloudpickle
     import torch_cases
     cloudpickle.register_pickle_by_value(torch_cases)  # the ranks need not import it
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (ARGS.pythonpath, os.environ.get("PYTHONPATH")) if p)
-    for k in hvdtest.CLEARED_VARS:
-        os.environ.pop(k, None)
-    os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                      TMPDIR=tempfile.mkdtemp(prefix="hvd-torch-test."))
+    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="hvd-torch-test.")
     try:
         return hvdtest.run_cases(hvdtest.cases_in(globals()), ARGS.cases)
     finally:
         shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)
-
 
 if __name__ == "__main__":
     sys.exit(main())
