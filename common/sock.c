@@ -55,8 +55,8 @@ int hvd_listen_tcp(const char *host, uint16_t port, uint16_t *bound, hvd_err *er
     return fd;
 }
 
-void hvd_sock_tune(int fd, int user_timeout_ms) {
-    unsigned ut = user_timeout_ms > 0 ? (unsigned)user_timeout_ms : 30000;
+void hvd_sock_tune(int fd, int net_timeout_ms) {
+    unsigned ut = net_timeout_ms > 0 ? (unsigned)net_timeout_ms : 30000;
     /* Keepalive probes start after a third of the user timeout without traffic, then go every
      * sixth (30 s: 10 s, then every 5 s): with TCP_USER_TIMEOUT set, Linux drops the
      * connection at the first probe that finds nothing received for ut, so a peer cut off

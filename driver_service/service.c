@@ -87,7 +87,7 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
         .secret = cfg->secret,
         .bind_host = cfg->bind_host,
         .port = cfg->port,
-        .write_timeout_ms = d->net_timeout_ms,
+        .net_timeout_ms = d->net_timeout_ms,
     };
     d->srv = hvd_server_create(&sc, err);
     if (!d->srv) {

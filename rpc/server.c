@@ -508,7 +508,7 @@ static void conn_add(hvd_server *s, int fd, const struct sockaddr_storage *ss) {
     c->state = CS_HELLO;
     c->created_ms = c->last_rx_ms = hvd_now_ms();
     hvd_sockaddr_host(ss, c->peer, sizeof c->peer);
-    hvd_sock_tune(fd, s->cfg.write_timeout_ms);
+    hvd_sock_tune(fd, s->cfg.net_timeout_ms);
     c->events = EPOLLIN;
     c->watch = hvd_loop_watch(s->loop, fd, EPOLLIN, conn_event, c, NULL);
     if (!c->watch) {
@@ -561,7 +561,7 @@ static void sweep(void *arg) {
         bool expired = false;
         if (c->state != CS_OPEN)
             expired = now - c->created_ms > cfg->handshake_timeout_ms;
-        else if (c->stall_ms && now - c->stall_ms > cfg->write_timeout_ms) {
+        else if (c->stall_ms && now - c->stall_ms > cfg->net_timeout_ms) {
             expired = true;
             c->err = ETIMEDOUT;
         } else if (!c->calls && hvd_buf_pending(&c->out) == 0)
@@ -628,7 +628,7 @@ hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err) {
     if (s->cfg.max_frame > HVD_MAX_FRAME_LIMIT) s->cfg.max_frame = HVD_MAX_FRAME_LIMIT;
     if (!s->cfg.handshake_timeout_ms) s->cfg.handshake_timeout_ms = 5000;
     if (!s->cfg.idle_timeout_ms) s->cfg.idle_timeout_ms = 60000;
-    if (!s->cfg.write_timeout_ms) s->cfg.write_timeout_ms = 30000;
+    if (!s->cfg.net_timeout_ms) s->cfg.net_timeout_ms = 30000;
     if (!s->cfg.max_conns) s->cfg.max_conns = 16384;
     if (!s->cfg.max_output) s->cfg.max_output = 4u << 20;
     s->cfg.bind_host = NULL; /* kept in s->bind_host */

@@ -83,10 +83,10 @@ typedef struct hvd_server_config {
     int handshake_timeout_ms; /* time allowed for a peer to finish the handshake; 0: 5000 */
     int idle_timeout_ms;      /* a connection with no call pending and nothing to send is
                                  closed after this long without a frame; 0: 60000 */
-    int write_timeout_ms;     /* a peer that takes none of its pending output for this long is
-                                 dropped; also the TCP_USER_TIMEOUT of its connections, whose
-                                 keepalive probes start after a third of it without traffic
-                                 (so a silent dead peer goes in about this long); 0: 30000 */
+    int net_timeout_ms;       /* a peer that takes none of its pending output for this long is
+                                   dropped; also the TCP_USER_TIMEOUT of its connections, whose
+                                   keepalive probes start after a third of it without traffic
+                                   (so a silent dead peer goes in about this long); 0: 30000 */
     size_t max_conns;         /* connections beyond this are refused; 0: 16384 */
     size_t max_output;        /* per-connection output bound: streams wait for room below it,
                                  and a connection over it is not read until its output drops
@@ -154,7 +154,7 @@ uint32_t hvd_call_type(const hvd_call *c);
 const char *hvd_call_peer_host(const hvd_call *c);
 /* In a cancel callback: the errno that broke the call's connection (ETIMEDOUT: the peer
  * stopped answering, TCP keepalive or TCP_USER_TIMEOUT, or took no output for
- * write_timeout_ms), 0 for an orderly close, a server stop or while the connection is up. */
+ * net_timeout_ms), 0 for an orderly close, a server stop or while the connection is up. */
 int hvd_call_close_error(const hvd_call *c);
 hvd_server *hvd_call_server(const hvd_call *c);
 

@@ -14,11 +14,11 @@
  * *bound, or -1 with err. */
 int hvd_listen_tcp(const char *host, uint16_t port, uint16_t *bound, hvd_err *err);
 
-/* TCP_NODELAY, keepalive and TCP_USER_TIMEOUT (user_timeout_ms; <= 0: 30 s) so that a dead,
+/* TCP_NODELAY, keepalive and TCP_USER_TIMEOUT (net_timeout_ms; <= 0: 30 s) so that a dead,
  * half-open or cut-off peer is noticed even on a connection that only waits: keepalive idle
  * ut/3, interval ut/6 (at least 1 s each; 30 s: 10 s and 5 s), and the connection fails with
  * ETIMEDOUT about ut after the last thing the peer sent. */
-void hvd_sock_tune(int fd, int user_timeout_ms);
+void hvd_sock_tune(int fd, int net_timeout_ms);
 
 /* Numeric host of a socket address; IPv4-mapped IPv6 addresses are shown as IPv4. */
 void hvd_sockaddr_host(const struct sockaddr_storage *ss, char *out, size_t len);
