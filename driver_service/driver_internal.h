@@ -56,6 +56,8 @@ typedef struct drv_registry {
     char (*cand)[HVD_IFNAME_MAX];
     size_t ncand;            /* <= DRV_MAX_CAND */
     hvd_result_msg *results; /* [n] by rank; .present says whether one was reported */
+    uint64_t *result_order;  /* [n] by rank: 1, 2, ... in the order results arrived; 0: none */
+    uint64_t results_seen;   /* results that arrived (the last order given) */
 } drv_registry;
 
 /* What drv_reg_put did, for log lines. */

@@ -128,8 +128,11 @@ void ssh_tasks_stop(ssh_tasks *st, int grace_ms);
 /* ---- launcher_report.c ---- */
 
 /* Prints the summary table and writes the JSON file if asked. Returns the process exit
- * status: 0 if mpirun and every rank succeeded, else non-zero with a line naming the first
- * failed rank. */
-int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool timed_out);
+ * status: 0 if mpirun and every rank succeeded, else non-zero with a last line naming what
+ * failed first: the rank that failed on its own (hvd_first_failed_rank), else `stopped` (why
+ * the job was stopped: a lost task service, an interrupt; "" if it was not), else the ranks
+ * that reported nothing. */
+int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool timed_out,
+                   const char *stopped);
 
 #endif

@@ -180,7 +180,9 @@ static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, con
             o->env_file);
     wait_for_results(d, o->np);
     watch_ignore_lost();
-    rc = report_results(d, o, 0, false);
+    char why[512];
+    watch_stop_reason(why, sizeof why);
+    rc = report_results(d, o, 0, false, why);
 out:
     hvd_strv_free(ifaces);
     free(hosts);
@@ -213,7 +215,7 @@ static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
     char why[512];
     watch_stop_reason(why, sizeof why);
     if (why[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", why);
-    return report_results(d, o, out.status, out.timed_out);
+    return report_results(d, o, out.status, out.timed_out, why);
 }
 
 /* ---- the job ------------------------------------------------------------------------------ */

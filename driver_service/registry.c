@@ -12,7 +12,8 @@ int drv_reg_init(drv_registry *r, uint32_t n) {
     r->tasks = calloc(n, sizeof *r->tasks);
     r->rank_index = malloc(n * sizeof *r->rank_index);
     r->results = calloc(n, sizeof *r->results);
-    if (!r->tasks || !r->rank_index || !r->results) {
+    r->result_order = calloc(n, sizeof *r->result_order);
+    if (!r->tasks || !r->rank_index || !r->results || !r->result_order) {
         drv_reg_free(r);
         return -1;
     }
@@ -39,6 +40,7 @@ void drv_reg_free(drv_registry *r) {
     free(r->tasks);
     free(r->rank_index);
     free(r->results);
+    free(r->result_order);
     memset(r, 0, sizeof *r);
 }
 
@@ -264,6 +266,8 @@ int drv_reg_put_reach(drv_registry *r, const hvd_reachable_msg *m) {
 
 void drv_reg_put_result(drv_registry *r, hvd_result_msg *m) {
     hvd_result_msg *slot = &r->results[m->rank];
+    if (!r->result_order[m->rank])
+        r->result_order[m->rank] = ++r->results_seen; /* a retry keeps it */
     hvd_msg_free(&hvd_result_desc, slot);
     *slot = *m;
     slot->present = true;

@@ -31,6 +31,7 @@ int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err 
             o->host_hash = dup_or_null(r->tasks[index].info.host_hash, &oom);
         if (!m->present) continue;
         o->present = true;
+        o->order = r->result_order[rank];
         o->status = m->status;
         o->error = dup_or_null(m->error, &oom);
         if (m->result.len > 0) {
@@ -51,6 +52,26 @@ int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err 
     *out = v;
     *n = d->num_tasks;
     return 0;
+}
+
+/* How a rank failed, for hvd_first_failed_rank: lower tiers were the cause more likely. */
+static int failure_tier(const hvd_rank_result *r) {
+    if (!r->present) return 2;
+    if (r->status == 0) return -1;
+    return r->status > 0 && r->status < 128 ? 0 : 1;
+}
+
+int hvd_first_failed_rank(const hvd_rank_result *r, size_t n) {
+    int best = -1, best_tier = 3;
+    for (size_t i = 0; i < n; i++) {
+        int t = failure_tier(&r[i]);
+        if (t < 0) continue;
+        if (t < best_tier || (t == best_tier && t < 2 && r[i].order < r[best].order)) {
+            best = (int)i;
+            best_tier = t;
+        }
+    }
+    return best;
 }
 
 void hvd_driver_results_free(hvd_rank_result *r, size_t n) {

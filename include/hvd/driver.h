@@ -89,8 +89,16 @@ typedef struct hvd_rank_result {
     int status;    /* the entry point's status */
     uint8_t *data; /* result bytes */
     size_t len;
-    char *error; /* error text or NULL */
+    char *error;    /* error text or NULL */
+    uint64_t order; /* 1, 2, ...: the order in which the ranks' results reached the driver (a
+                       rank that fails on its own reports before mpirun stops the others); 0:
+                       never reported */
 } hvd_rank_result;
+
+/* The rank that failed first on its own, or -1 if none failed: among the ranks that exited
+ * with a status of their own (1-127), the first whose result arrived; else among those killed
+ * by a signal (128+); else the lowest rank that reported nothing. */
+int hvd_first_failed_rank(const hvd_rank_result *r, size_t n);
 
 /* Every rank's result in rank order, for ranks 0..N-1 (N = num_tasks): a rank that never
  * reported has present = false. index is the task mapped to the rank by SET_LOCAL_RANK (else

@@ -249,7 +249,8 @@ static PyObject *driver_run_job(DriverObject *self, PyObject *args, PyObject *kw
                          o.stopped ? Py_True : Py_False);
 }
 
-/* results() -> [(rank, task, host_hash, present, status, data: bytes, error: str|None)] */
+/* results() -> [(rank, task, host_hash, present, status, data: bytes, error: str|None, order)]
+ * (order: 1, 2, ... in the order the results reached the driver; 0: none) */
 static PyObject *driver_results(DriverObject *self, PyObject *unused) {
     (void)unused;
     hvd_driver *d = driver_of(self);
@@ -340,7 +341,7 @@ static PyMethodDef driver_methods[] = {
      "run_job(bin_dir, exec_bin_dir=None, mpi_args=(), env=(), timeout=0, start_timeout=120, "
      "stdout_fd=-1, stderr_fd=-1) -> (status, timed_out, stopped)"},
     {"results", (PyCFunction)driver_results, METH_NOARGS,
-     "results() -> [(rank, task, host_hash, present, status, data, error)] in rank order"},
+     "results() -> [(rank, task, host_hash, present, status, data, error, order)] by rank"},
     {"abort", (PyCFunction)driver_abort, METH_VARARGS, "abort(reason): stop the job"},
     {"shutdown_tasks", (PyCFunction)driver_shutdown_tasks, METH_NOARGS,
      "shutdown_tasks(): tell every task service the job is over"},

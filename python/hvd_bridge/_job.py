@@ -29,11 +29,12 @@ class JobError(RuntimeError):
 class RankOutcome:
     """One rank's outcome as the driver saw it."""
 
-    __slots__ = ("rank", "task", "host", "present", "status", "error", "value", "exc_type",
-                 "exc_message", "remote_traceback")
+    __slots__ = ("rank", "task", "host", "present", "status", "error", "order", "value",
+                 "exc_type", "exc_message", "remote_traceback")
 
     def __init__(self, row):
-        self.rank, self.task, self.host, self.present, self.status, data, self.error = row
+        (self.rank, self.task, self.host, self.present, self.status, data, self.error,
+         self.order) = row
         self.value = None
         self.exc_type = self.exc_message = self.remote_traceback = None
         if self.present and data:
@@ -90,7 +91,8 @@ def mpi_args(extra_mpi_args, env, prefix_output_with_timestamp):
 def first_failure(outcomes):
     """The rank that failed first on its own: one whose function raised; else one that exited
     with an error status of its own (not a signal, which is how ranks are stopped when another
-    fails); else any failed or missing one. Lowest rank among equals."""
+    fails); else any failed or missing one. Among equals, the one whose result reached the
+    driver first."""
     def tier(o):
         if o.exc_type is not None:
             return 0
@@ -101,7 +103,7 @@ def first_failure(outcomes):
         return 3 if not o.present else 4
 
     bad = [o for o in outcomes if not o.ok]
-    return min(bad, key=lambda o: (tier(o), o.rank)) if bad else None
+    return min(bad, key=lambda o: (tier(o), o.order or float("inf"), o.rank)) if bad else None
 
 
 def values_or_raise(rows, mpirun_status, stop_reason=None):

@@ -67,8 +67,9 @@ def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_p
 def _rows(results_file):
     with open(results_file) as f:
         doc = json.load(f)
-    rows = [(r["rank"], r["task"], r["host_hash"], r["reported"], r["status"],
-             bytes.fromhex(r["result_hex"]), r["error"]) for r in doc["ranks"]]
+    rows = [(r["rank"], -1 if r["task"] is None else r["task"], r["host_hash"], r["reported"],
+             r["status"], bytes.fromhex(r["result_hex"]), r["error"], r["order"])
+            for r in doc["ranks"]]
     return rows, doc["mpirun_status"]
 
 

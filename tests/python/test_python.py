@@ -119,6 +119,9 @@ def test_exception():
           "fails_on_two" in exc.remote_traceback, "remote traceback: %s" % exc.remote_traceback)
     check("[1,2]<stderr>:ValueError: rank two fails on purpose" in err.getvalue(),
           "the traceback reached stderr with the rank prefix: %s" % err.getvalue()[-2000:])
+    # hvd-driver's last line blames rank 2 too, not rank 0 (stopped by mpirun's SIGTERM after).
+    check(re.search(r"hvd-driver: job failed: rank 2 \(task 2 on \S+\) exited with status 1",
+                    err.getvalue()), "hvd-driver names rank 2: %s" % err.getvalue()[-2000:])
     check(len(exc.results) == 4 and exc.results[2].exc_type == "ValueError",
           "every rank's outcome: %r" % exc.results)
 
