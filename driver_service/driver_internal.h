@@ -31,6 +31,10 @@ typedef struct drv_task {
     char peer[HVD_HOST_MAX]; /* the address the last registration came from */
     int64_t rank;            /* the rank mapped to this task by SET_LOCAL_RANK; -1: none */
     bool reported;           /* this task's reachability report is in `reach` */
+    uint32_t watches;        /* WAIT_SHUTDOWN long-polls of this index held now */
+    bool lost;               /* its last one broke before shutdown and none came since */
+    int lost_err;            /* the errno that broke it (ETIMEDOUT: partition) */
+    uint64_t lost_seq;       /* order among lost tasks (1 = first) */
     uint64_t *reach;         /* [n] when reported: reach[j] = the candidate interfaces (bits
                                 over drv_registry.cand) this task reached task j on */
 } drv_task;
@@ -108,7 +112,7 @@ void drv_reg_put_result(drv_registry *r, hvd_result_msg *m);
 typedef struct drv_held {
     hvd_driver *d;
     hvd_call *call;
-    char peer[HVD_HOST_MAX]; /* the address the call came from */
+    uint32_t index; /* the task the long-poll is for */
     struct drv_held *prev, *next;
 } drv_held;
 
@@ -133,12 +137,9 @@ struct hvd_driver {
 
     drv_held *held;      /* loop thread */
     atomic_size_t nheld; /* how many are held (any thread may read it) */
-    atomic_size_t nlost; /* held calls whose connection broke before shutdown (any thread) */
+    atomic_size_t nlost; /* registered tasks whose watch broke, not renewed (any thread) */
     int net_timeout_ms;  /* fixed at start */
-    /* The first of those (under mu): where it came from, the errno that broke it. */
-    bool lost_known;
-    char lost_peer[HVD_HOST_MAX];
-    int lost_err;
+    uint64_t lost_seen;  /* losses so far (under mu): drv_task.lost_seq */
 };
 
 /* How many WAIT_SHUTDOWN calls are held now (any thread; for tests and diagnostics). */

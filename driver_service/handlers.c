@@ -294,21 +294,24 @@ static void held_unlink(hvd_driver *d, drv_held *h) {
     atomic_fetch_sub(&d->nheld, 1);
 }
 
-/* The client went away (or the server stopped) before the answer. */
+/* The client went away (or the server stopped) before the answer. Every task service holds
+ * one WAIT_SHUTDOWN for the whole job: the last long-poll of a registered task breaking
+ * before the driver shuts tasks down means that task service died or lost the network. One of
+ * several (a task re-issuing its long-poll, another holder of the key), or one of an index
+ * nobody registered, means nothing. */
 static void on_held_cancel(void *arg) {
     drv_held *h = arg;
     hvd_driver *d = h->d;
     pthread_mutex_lock(&d->mu);
-    bool expected = d->tasks_shutdown;
-    if (!expected && !d->lost_known) {
-        d->lost_known = true;
-        snprintf(d->lost_peer, sizeof d->lost_peer, "%s", h->peer);
-        d->lost_err = hvd_call_close_error(h->call);
+    drv_task *t = &d->reg.tasks[h->index];
+    t->watches--;
+    if (!d->tasks_shutdown && t->registered && t->watches == 0 && !t->lost) {
+        t->lost = true;
+        t->lost_err = hvd_call_close_error(h->call);
+        t->lost_seq = ++d->lost_seen;
+        atomic_fetch_add(&d->nlost, 1);
     }
     pthread_mutex_unlock(&d->mu);
-    /* Every task service holds one WAIT_SHUTDOWN for the whole job: its connection breaking
-     * before the driver shuts tasks down means that task service died or lost the network. */
-    if (!expected) atomic_fetch_add(&d->nlost, 1);
     held_unlink(d, h);
     free(h);
 }
@@ -326,14 +329,12 @@ void drv_answer_held(hvd_driver *d) {
 }
 
 static void on_wait_shutdown(hvd_call *call, const msgpack_object *body, void *user) {
-    (void)body;
     hvd_driver *d = user;
-    pthread_mutex_lock(&d->mu);
-    bool now = d->tasks_shutdown;
-    pthread_mutex_unlock(&d->mu);
-    /* If shutdown is set after this check, its post runs after this handler and answers. */
-    if (now) {
-        hvd_call_reply(call, &hvd_ack_desc, NULL);
+    hvd_index_msg m;
+    if (unpack_or_fail(call, body, &hvd_wait_shutdown_desc, &m) != 0) return;
+    if (m.index >= d->num_tasks) {
+        hvd_call_fail(call, HVD_E_INVALID, "WAIT_SHUTDOWN for task %u, outside 0..%u", m.index,
+                      d->num_tasks - 1);
         return;
     }
     drv_held *h = calloc(1, sizeof *h);
@@ -341,9 +342,24 @@ static void on_wait_shutdown(hvd_call *call, const msgpack_object *body, void *u
         hvd_call_fail(call, HVD_E_INTERNAL, "the driver ran out of memory");
         return;
     }
+    pthread_mutex_lock(&d->mu);
+    bool now = d->tasks_shutdown;
+    drv_task *t = &d->reg.tasks[m.index];
+    if (!now) t->watches++;
+    if (t->lost) { /* a renewed watch: the task is back */
+        t->lost = false;
+        atomic_fetch_sub(&d->nlost, 1);
+    }
+    pthread_mutex_unlock(&d->mu);
+    /* If shutdown is set after this check, its post runs after this handler and answers. */
+    if (now) {
+        free(h);
+        hvd_call_reply(call, &hvd_ack_desc, NULL);
+        return;
+    }
     h->d = d;
     h->call = call;
-    snprintf(h->peer, sizeof h->peer, "%s", hvd_call_peer_host(call));
+    h->index = m.index;
     h->next = d->held;
     if (d->held) d->held->prev = h;
     d->held = h;

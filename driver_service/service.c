@@ -233,43 +233,40 @@ size_t hvd_driver_lost_tasks(hvd_driver *d) {
     return atomic_load(&d->nlost);
 }
 
+/* The lost task that was lost first, and the lost tasks of its host (d->mu held). */
+static const drv_task *first_lost(hvd_driver *d, uint32_t *idx, size_t cap, size_t *n) {
+    const drv_task *first = NULL;
+    for (uint32_t i = 0; i < d->reg.n; i++) {
+        const drv_task *t = &d->reg.tasks[i];
+        if (t->lost && (!first || t->lost_seq < first->lost_seq)) first = t;
+    }
+    *n = 0;
+    for (uint32_t i = 0; first && i < d->reg.n && *n < cap; i++) {
+        const drv_task *t = &d->reg.tasks[i];
+        if (t->lost && strcmp(t->info.host_hash, first->info.host_hash) == 0) idx[(*n)++] = i;
+    }
+    return first;
+}
+
 int hvd_driver_lost_reason(hvd_driver *d, char *buf, size_t cap) {
     if (cap == 0) return 0;
     buf[0] = '\0';
     pthread_mutex_lock(&d->mu);
-    if (!d->lost_known) {
+    uint32_t idx[64];
+    size_t n;
+    const drv_task *t = first_lost(d, idx, sizeof idx / sizeof idx[0], &n);
+    if (!t) {
         pthread_mutex_unlock(&d->mu);
         return 0;
     }
-    /* The tasks whose registration came from that address (a watcher connects from the same
-     * address as its registration; tasks on one host share it). */
-    uint32_t idx[8];
-    size_t n = 0, total = 0;
-    const char *host = NULL;
-    bool one_host = true;
-    for (uint32_t i = 0; i < d->reg.n; i++) {
-        const drv_task *t = &d->reg.tasks[i];
-        if (!t->registered || strcmp(t->peer, d->lost_peer) != 0) continue;
-        if (n < sizeof idx / sizeof idx[0]) idx[n++] = i;
-        total++;
-        if (!host)
-            host = t->info.host_hash;
-        else if (strcmp(host, t->info.host_hash) != 0)
-            one_host = false;
-    }
     char who[HVD_HOST_MAX + HVD_HOST_HASH_MAX + 128], list[96];
     drv_format_ranges(idx, n, list, sizeof list);
-    if (total == 1)
-        snprintf(who, sizeof who, "task %u (host %s at %s)", idx[0], host, d->lost_peer);
-    else if (total > 0 && one_host)
-        snprintf(who, sizeof who, "host %s (tasks %s%s at %s)", host, list, total > n ? ",..." : "",
-                 d->lost_peer);
-    else if (total > 0)
-        snprintf(who, sizeof who, "a task service at %s (one of tasks %s%s)", d->lost_peer, list,
-                 total > n ? ",..." : "");
+    if (n == 1)
+        snprintf(who, sizeof who, "task %u (host %s at %s)", idx[0], t->info.host_hash, t->peer);
     else
-        snprintf(who, sizeof who, "a task service at %s", d->lost_peer);
-    if (d->lost_err == ETIMEDOUT)
+        snprintf(who, sizeof who, "host %s (tasks %s at %s)", t->info.host_hash, list, t->peer);
+    int timed_out = t->lost_err == ETIMEDOUT;
+    if (timed_out)
         snprintf(buf, cap,
                  "lost contact with %s: its connection to the driver timed out (nothing heard "
                  "for about %d s: a network partition, or the host hangs)",
@@ -278,8 +275,7 @@ int hvd_driver_lost_reason(hvd_driver *d, char *buf, size_t cap) {
         snprintf(buf, cap,
                  "%s went away while the job ran (its connection to the driver broke%s%s: did "
                  "the executor die?)",
-                 who, d->lost_err ? ": " : "", d->lost_err ? strerror(d->lost_err) : "");
-    int timed_out = d->lost_err == ETIMEDOUT;
+                 who, t->lost_err ? ": " : "", t->lost_err ? strerror(t->lost_err) : "");
     pthread_mutex_unlock(&d->mu);
     return timed_out;
 }

@@ -128,7 +128,8 @@ const hvd_msg_desc hvd_command_status_desc =
     HVD_MSG_EMPTY(HVD_MSG_COMMAND_STATUS, "command_status");
 const hvd_msg_desc hvd_resources_desc = HVD_MSG_EMPTY(HVD_MSG_RESOURCES, "resources");
 const hvd_msg_desc hvd_get_result_desc = HVD_MSG_EMPTY(HVD_MSG_GET_RESULT, "get_result");
-const hvd_msg_desc hvd_wait_shutdown_desc = HVD_MSG_EMPTY(HVD_MSG_WAIT_SHUTDOWN, "wait_shutdown");
+const hvd_msg_desc hvd_wait_shutdown_desc =
+    HVD_MSG(HVD_MSG_WAIT_SHUTDOWN, "wait_shutdown", hvd_index_msg, index_fields);
 
 const hvd_msg_desc *const hvd_proto_all[] = {
     &hvd_register_task_desc,

@@ -115,7 +115,9 @@ static void *watch_main(void *arg) {
         if (!atomic_load(&w->stop)) driver_gone(t, &err);
         return NULL;
     }
-    int rc = hvd_client_call_stream(c, &hvd_wait_shutdown_desc, NULL, NULL, NULL, w->stop_efd,
+    /* The driver counts this task as lost only when this long-poll of its index breaks. */
+    hvd_index_msg me = {.index = t->cfg.index};
+    int rc = hvd_client_call_stream(c, &hvd_wait_shutdown_desc, &me, NULL, NULL, w->stop_efd,
                                     drop_connection, &hvd_ack_desc, NULL, -1, &err);
     hvd_client_close(c);
     if (atomic_load(&w->stop)) return NULL;

@@ -120,14 +120,18 @@ void hvd_driver_shutdown_tasks(hvd_driver *d);
  * notify_spark_job_failed). Any thread. */
 void hvd_driver_abort(hvd_driver *d, const char *reason);
 
-/* How many task services dropped their WAIT_SHUTDOWN long-poll (each holds one for the whole
- * job) before hvd_driver_shutdown_tasks: task services that died or lost the network. A task
- * whose command ended also drops it when it exits, so callers should allow the job a moment
- * to end by itself before treating a loss as a failure. Any thread. */
+/* How many registered task services are lost: each holds a WAIT_SHUTDOWN long-poll naming its
+ * index for the whole job, and a task is lost when the last long-poll held for its index
+ * breaks before hvd_driver_shutdown_tasks (the task service died or lost the network). One of
+ * several held for an index (a task re-issuing its long-poll, another holder of the key), or
+ * one of an index nobody registered, breaking means nothing; a new long-poll makes a lost task
+ * count again.
+ * A task whose command ended also drops it when it exits, so callers should allow the job a
+ * moment to end by itself before treating a loss as a failure. Any thread. */
 size_t hvd_driver_lost_tasks(hvd_driver *d);
 
-/* One line about the first task service lost (see hvd_driver_lost_tasks) into buf: which task
- * (known by the address its connection came from) and how (its connection timed out: contact
+/* One line about the task service lost first (see hvd_driver_lost_tasks) into buf: which task
+ * and host, with the other lost tasks of that host, and how (its connection timed out: contact
  * lost, e.g. a network partition; or it broke: the task service died). Empty if none.
  * Returns 1 if that connection timed out (a task that ends normally never drops it that way,
  * so there is nothing to wait for), else 0. */

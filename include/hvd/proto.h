@@ -41,7 +41,8 @@ enum {
     HVD_MSG_INDEX_BY_RANK = 204,    /* hvd_rank_msg -> hvd_index_msg; idempotent */
     HVD_MSG_CODE = 205,             /* empty -> hvd_code_msg; idempotent */
     HVD_MSG_REPORT_REACHABLE = 206, /* hvd_reachable_msg -> ack; idempotent (replaces) */
-    HVD_MSG_WAIT_SHUTDOWN = 207,    /* empty -> ack when the driver shuts tasks down (long-poll) */
+    HVD_MSG_WAIT_SHUTDOWN = 207,    /* hvd_index_msg (the caller's task) -> ack when the driver
+                                       shuts tasks down (long-poll) */
     HVD_MSG_REPORT_RESULT = 208,    /* hvd_result_msg -> ack; idempotent (replaces) */
     HVD_MSG_TASK_INFO = 209,        /* hvd_index_msg -> hvd_task_info; idempotent */
 

@@ -564,9 +564,10 @@ static void *wait_shutdown_thread(void *p) {
     poll_arg *a = p;
     hvd_client *c = driver_connect(a->d, &a->err);
     if (a->connected) pthread_barrier_wait(a->connected);
-    a->rc = c ? hvd_client_call(c, &hvd_wait_shutdown_desc, NULL, &hvd_ack_desc, NULL, 30000, 0,
-                                &a->err)
-              : -1;
+    hvd_index_msg me = {.index = 0};
+    a->rc =
+        c ? hvd_client_call(c, &hvd_wait_shutdown_desc, &me, &hvd_ack_desc, NULL, 30000, 0, &a->err)
+          : -1;
     atomic_fetch_add(a->answered, 1);
     hvd_client_close(c);
     return NULL;
@@ -612,22 +613,24 @@ static void test_wait_shutdown(void) {
     /* After shutdown a new long-poll is answered at once. */
     hvd_client *c = driver_client(d);
     hvd_err err;
+    hvd_index_msg task0 = {.index = 0};
     t0 = test_now_ms();
-    CHECK(c && hvd_client_call(c, &hvd_wait_shutdown_desc, NULL, &hvd_ack_desc, NULL, 5000, 0,
+    CHECK(c && hvd_client_call(c, &hvd_wait_shutdown_desc, &task0, &hvd_ack_desc, NULL, 5000, 0,
                                &err) == 0);
     CHECK(test_now_ms() - t0 < 1000);
     hvd_driver_shutdown_tasks(d); /* twice is harmless */
     hvd_client_close(c);
     hvd_driver_stop(d);
 
-    /* Clients that go away while held are forgotten (no leak: ASan); stop answers the rest. */
-    d = start_driver(1, NULL, NULL, NULL);
+    /* Clients that go away while held are forgotten (no leak: ASan); stop answers the rest.
+     * None of them counts as a lost task: no task registered with their index. */
+    d = start_driver(2, NULL, NULL, NULL);
     if (!d) goto out;
     enum { GONE = 20 };
     hvd_client *gone[GONE];
     for (int i = 0; i < GONE; i++) {
         gone[i] = driver_client(d);
-        CHECK(gone[i] && hvd_client_send(gone[i], &hvd_wait_shutdown_desc, NULL, &err) == 0);
+        CHECK(gone[i] && hvd_client_send(gone[i], &hvd_wait_shutdown_desc, &task0, &err) == 0);
     }
     CHECK_MSG(wait_held(d, GONE, 5000), "held %zu", drv_held_count(d));
     char why[512];
@@ -635,11 +638,8 @@ static void test_wait_shutdown(void) {
     for (int i = 0; i < GONE / 2; i++)
         hvd_client_close(gone[i]);
     CHECK_MSG(wait_held(d, GONE / 2, 5000), "held %zu", drv_held_count(d));
-    /* Closed, not timed out: the task service went away (no task registered from there). */
-    CHECK(hvd_driver_lost_tasks(d) == GONE / 2);
-    CHECK_MSG(hvd_driver_lost_reason(d, why, sizeof why) == 0 &&
-                  strstr(why, "a task service at ") && strstr(why, "went away while the job ran"),
-              "%s", why);
+    CHECK_MSG(hvd_driver_lost_tasks(d) == 0, "unregistered long-polls counted as lost: %zu",
+              hvd_driver_lost_tasks(d));
     enum { STAY = 5 };
     poll_arg stay[STAY];
     pthread_t sth[STAY];
@@ -664,6 +664,47 @@ out:
     pthread_attr_destroy(&attr);
 }
 
+/* A task is lost when the last long-poll held for its registered index breaks, and back when
+ * it renews it; one of several (the task re-issuing it, another holder of the key) breaking
+ * means nothing. */
+static void test_lost_task(void) {
+    hvd_driver *d = start_driver(2, NULL, NULL, NULL);
+    if (!d) return;
+    hvd_err err;
+    hvd_client *reg = driver_client(d);
+    CHECK(reg && register_task(reg, 0, "host-a", 4000, &err) == 0);
+    CHECK(reg && register_task(reg, 1, "host-b", 4001, &err) == 0);
+    hvd_index_msg t0 = {.index = 0}, t1 = {.index = 1};
+    hvd_client *old = driver_client(d), *renewed = driver_client(d), *other = driver_client(d);
+    CHECK(old && hvd_client_send(old, &hvd_wait_shutdown_desc, &t0, &err) == 0);
+    CHECK_MSG(wait_held(d, 1, 5000), "held %zu", drv_held_count(d));
+    CHECK(renewed && hvd_client_send(renewed, &hvd_wait_shutdown_desc, &t0, &err) == 0);
+    CHECK(other && hvd_client_send(other, &hvd_wait_shutdown_desc, &t1, &err) == 0);
+    CHECK_MSG(wait_held(d, 3, 5000), "held %zu", drv_held_count(d));
+    hvd_client_close(old); /* `renewed` still watches task 0: not a loss */
+    CHECK(wait_held(d, 2, 5000));
+    CHECK_MSG(hvd_driver_lost_tasks(d) == 0, "a replaced long-poll counted: %zu",
+              hvd_driver_lost_tasks(d));
+    hvd_client_close(renewed); /* task 0's watch: lost */
+    CHECK(wait_held(d, 1, 5000));
+    char why[512];
+    CHECK(hvd_driver_lost_tasks(d) == 1);
+    CHECK_MSG(hvd_driver_lost_reason(d, why, sizeof why) == 0 &&
+                  strstr(why, "task 0 (host host-a at 127.0.0.1) went away while the job ran"),
+              "%s", why);
+    hvd_client *back = driver_client(d); /* task 0 renews its watch: not lost any more */
+    CHECK(back && hvd_client_send(back, &hvd_wait_shutdown_desc, &t0, &err) == 0);
+    CHECK(wait_held(d, 2, 5000));
+    CHECK_MSG(hvd_driver_lost_tasks(d) == 0, "lost %zu", hvd_driver_lost_tasks(d));
+    hvd_driver_shutdown_tasks(d);
+    CHECK(wait_held(d, 0, 5000));
+    hvd_client_close(back);
+    hvd_client_close(other);
+    CHECK(hvd_driver_lost_tasks(d) == 0); /* long-polls ending after shutdown are no loss */
+    hvd_client_close(reg);
+    hvd_driver_stop(d);
+}
+
 int main(void) {
     dtest_init();
     RUN(test_ranges);
@@ -676,5 +717,6 @@ int main(void) {
     RUN(test_code);
     RUN(test_results);
     RUN(test_wait_shutdown);
+    RUN(test_lost_task);
     return test_finish();
 }
