@@ -3,8 +3,8 @@
 #include <string.h>
 #include <time.h>
 
-int test_failures;
-int test_checks;
+_Atomic int test_failures;
+_Atomic int test_checks;
 
 int test_finish(void) {
     fprintf(stderr, "%d checks, %d failed\n", test_checks, test_failures);

@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-extern int test_failures;
-extern int test_checks;
+extern _Atomic int test_failures; /* CHECK may run on helper threads */
+extern _Atomic int test_checks;
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
