@@ -101,8 +101,10 @@ static void on_register(hvd_call *call, const msgpack_object *body, void *user) 
                 "addresses",
                 index, peer, addrs_text ? addrs_text : "?");
     if (o.moved)
-        drv_log(d, "task %u registered again, now with host hash %s (was %s)", index, host,
-                o.old_host);
+        drv_log(d,
+                "warning: task %u registered again from host %s at %s, replacing its entry from "
+                "host %s: do two executors use index %u?",
+                index, host, peer, o.old_host, index);
     else if (o.replaced)
         drv_log(d, "task %u registered again (host hash %s): its entry was replaced", index, host);
     hvd_call_reply(call, &hvd_ack_desc, NULL);

@@ -64,9 +64,10 @@ static int load_code(const launch_opts *o, hvd_code_msg *code) {
     return 0;
 }
 
+/* Progress lines with --verbose; warnings always. */
 static void log_line(void *user, const char *line) {
     const launch_opts *o = user;
-    if (o->verbose) fprintf(stderr, "hvd-driver: %s\n", line);
+    if (o->verbose || strncmp(line, "warning:", 8) == 0) fprintf(stderr, "hvd-driver: %s\n", line);
 }
 
 /* ---- the private directory ---------------------------------------------------------------- */

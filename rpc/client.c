@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,13 +246,52 @@ static void probe_free(probe *p) {
     hvd_seal_free(&p->tx);
 }
 
-/* Appends "host:port (what happened)" to a report string. */
-static void report(char *buf, size_t len, const hvd_addr *a, const char *what) {
-    char as[HVD_HOST_MAX + 16];
-    size_t used = strlen(buf);
-    if (used + 4 >= len) return;
-    snprintf(buf + used, len - used, "%s%s (%s)", used ? ", " : "", hvd_addr_str(a, as, sizeof as),
-             what);
+/* What happened at a probe's address, in words. */
+static const char *probe_outcome(const probe *p) {
+    if (p->state == PR_FAILED) return p->why;
+    return p->state == PR_CONNECTING ? "no answer within the probe timeout"
+                                     : "the handshake did not finish in time";
+}
+
+/* Appends to buf (size len, *used bytes in it), cutting at the end. */
+static void append(char *buf, size_t len, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t len, size_t *used, const char *fmt, ...) {
+    if (*used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *used, len - *used, fmt, ap);
+    va_end(ap);
+    if (w > 0) *used = *used + (size_t)w < len ? *used + (size_t)w : len - 1;
+}
+
+/* "host:port, host:port and 3 more: what happened; host:port: ..." into buf: the addresses
+ * grouped by what happened there, each reason said once (a wrong secret fails alike at every
+ * address of the service). */
+static void report(char *buf, size_t len, const hvd_client *c, const probe *ps, size_t n) {
+    enum { NAMED = 3 }; /* addresses named per reason */
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < n; k++) {
+        const char *why = probe_outcome(&ps[k]);
+        bool seen = false;
+        for (size_t j = 0; j < k && !seen; j++)
+            seen = strcmp(probe_outcome(&ps[j]), why) == 0;
+        if (seen) continue;
+        size_t same = 0;
+        for (size_t j = k; j < n; j++) {
+            if (strcmp(probe_outcome(&ps[j]), why) != 0) continue;
+            char as[HVD_HOST_MAX + 16];
+            if (same++ < NAMED)
+                append(buf, len, &used, "%s%s",
+                       same > 1 ? ", "
+                       : used   ? "; "
+                                : "",
+                       hvd_addr_str(&c->addrs[ps[j].idx], as, sizeof as));
+        }
+        if (same > NAMED) append(buf, len, &used, " and %zu more", same - NAMED);
+        append(buf, len, &used, ": %s", why);
+    }
 }
 
 /* Probes every address at once, starting with `first`, and keeps the first that completes a
@@ -311,17 +351,12 @@ static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
         rc = 0;
     } else {
         for (size_t k = 0; k < n; k++) {
-            probe *p = &ps[k];
-            if (p->state == PR_FAILED) {
-                if (p->fail_code == HVD_E_AUTH) auth_failed = 1;
-                report(rep, sizeof rep, &c->addrs[p->idx], p->why);
-            } else {
+            if (ps[k].state != PR_FAILED)
                 timed_out = 1;
-                report(rep, sizeof rep, &c->addrs[p->idx],
-                       p->state == PR_CONNECTING ? "no answer within the probe timeout"
-                                                 : "the handshake did not finish in time");
-            }
+            else if (ps[k].fail_code == HVD_E_AUTH)
+                auth_failed = 1;
         }
+        report(rep, sizeof rep, c, ps, n);
         hvd_err_set(err,
                     auth_failed ? HVD_E_AUTH
                     : timed_out ? HVD_E_TIMEOUT

@@ -1023,6 +1023,18 @@ static void test_probing(void) {
     CHECK_MSG(strstr(err.msg, "refused") != NULL, "%s", err.msg);
     if (hangs) CHECK_MSG(strstr(err.msg, "no answer") != NULL, "%s", err.msg);
     CHECK_MSG(strstr(err.msg, "did not finish") != NULL, "%s", err.msg);
+
+    /* Five addresses failing alike: the reason is said once, after three of them. */
+    hvd_addr refused[5];
+    for (int k = 0; k < 5; k++)
+        refused[k] = (hvd_addr){"lo", "127.0.0.1", dead_port};
+    bad.addrs = refused;
+    bad.naddrs = 5;
+    c = hvd_client_connect(&bad, &err);
+    CHECK(c == NULL);
+    CHECK_MSG(strstr(err.msg, " and 2 more: Connection refused") != NULL, "%s", err.msg);
+    const char *first_reason = strstr(err.msg, "refused");
+    CHECK_MSG(first_reason && !strstr(first_reason + 1, "refused"), "%s", err.msg);
     close(silent);
     close(fillers[0]);
     close(fillers[1]);
