@@ -1,7 +1,9 @@
 /* The argv form of the allreduce example: run it under mpirun (or as hvd-exec's command).
- * Prints this rank's result line; exits 0 on success, 1 with the reason on stderr. */
+ * Prints this rank's result line; exits 0 on success, 1 with the reason on stderr, 2 on
+ * arguments (it takes none but --help). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "allreduce.h"
 
@@ -10,7 +12,21 @@ static int env_int(const char *name) {
     return s ? atoi(s) : -1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs("usage: hvd-example-allreduce\n\n"
+              "Sums [1, 2, 3, 4] times (rank + 1) over all ranks and prints this rank's result.\n"
+              "Run it under mpirun or hvd-driver, e.g.\n"
+              "  hvd-driver run -np 3 -- hvd-example-allreduce\n",
+              stdout);
+        return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr,
+                "hvd-example-allreduce: unexpected argument %s (it takes none; see --help)\n",
+                argv[1]);
+        return 2;
+    }
     /* What hvd-exec would pass: the launcher's view of the rank, if there is one. */
     hvd_entry_ctx ctx = {.abi_version = HVD_ENTRY_ABI_VERSION,
                          .rank = env_int("OMPI_COMM_WORLD_RANK"),

@@ -6,7 +6,9 @@
  * Rank 0 prints the final weights, bias and mean squared error. --out writes them to FILE
  * (rank 0); --check compares this run's weights with FILE (say, from a 1-rank run) and fails
  * if any differs by more than T. Also fails if the final mean squared error is above M
- * (default 1e-3: the data's noise alone gives about 3e-5). Exit 0 on success, 1 on failure. */
+ * (default 1e-3: the data's noise alone gives about 3e-5). Exit 0 on success, 1 on failure,
+ * 2 on a bad command line. */
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,32 +29,114 @@ static int read_weights(const char *path, double *w) {
     return n == NW ? 0 : -1;
 }
 
-int main(int argc, char **argv) {
-    sgd_config cfg = {.samples = 4096, .batch = 256, .epochs = 20, .lr = 0.2};
-    const char *out_path = NULL, *check_path = NULL;
-    double tol = 1e-9, max_mse = 1e-3;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--epochs"))
-            cfg.epochs = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch"))
-            cfg.batch = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--samples"))
-            cfg.samples = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--lr"))
-            cfg.lr = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--out"))
-            out_path = argv[i + 1];
-        else if (!strcmp(argv[i], "--check"))
-            check_path = argv[i + 1];
-        else if (!strcmp(argv[i], "--tol"))
-            tol = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--max-mse"))
-            max_mse = atof(argv[i + 1]);
-        else {
-            fprintf(stderr, "unknown option %s\n", argv[i]);
+static const char usage[] =
+    "usage: hvd-example-train-sgd [--epochs N] [--batch B] [--samples S] [--lr LR]\n"
+    "                             [--out FILE] [--check FILE [--tol T]] [--max-mse M]\n"
+    "\n"
+    "Data-parallel linear regression: each rank trains on its share of a synthetic data set\n"
+    "and gradients are averaged with hvd_allreduce. Run it under mpirun or hvd-driver, e.g.\n"
+    "  hvd-driver run -np 2 -- hvd-example-train-sgd --epochs 5\n"
+    "\n"
+    "  --epochs N      passes over the data (default 20)\n"
+    "  --batch B       samples per step over all ranks (default 256)\n"
+    "  --samples S     samples in the data set (default 4096)\n"
+    "  --lr LR         learning rate (default 0.2)\n"
+    "  --out FILE      rank 0 writes the final weights and bias to FILE\n"
+    "  --check FILE    fail if any weight differs from FILE's by more than --tol (default 1e-9)\n"
+    "  --max-mse M     fail if the final mean squared error is above M (default 1e-3)\n"
+    "  -h, --help      print this help and exit\n";
+
+/* Parses a whole positive number or a finite number; 0 when the text is neither. */
+static int parse_int(const char *s, int *v) {
+    char *end;
+    long n = strtol(s, &end, 10);
+    if (end == s || *end || n <= 0 || n > 1000000000) return 0;
+    *v = (int)n;
+    return 1;
+}
+
+static int parse_double(const char *s, double *v) {
+    char *end;
+    double d = strtod(s, &end);
+    if (end == s || *end || !isfinite(d) || d < 0) return 0;
+    *v = d;
+    return 1;
+}
+
+typedef struct {
+    sgd_config cfg;
+    const char *out_path, *check_path;
+    double tol, max_mse;
+} options;
+
+/* Returns 0 to train, 1 after --help, -1 on a bad option (said on stderr). */
+static int parse_options(int argc, char **argv, options *o) {
+    static const struct option longs[] = {
+        {"epochs", required_argument, NULL, 'e'},  {"batch", required_argument, NULL, 'b'},
+        {"samples", required_argument, NULL, 's'}, {"lr", required_argument, NULL, 'l'},
+        {"out", required_argument, NULL, 'o'},     {"check", required_argument, NULL, 'c'},
+        {"tol", required_argument, NULL, 't'},     {"max-mse", required_argument, NULL, 'm'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    int c, li = 0, ok = 1;
+    opterr = 0;
+    while (ok && (c = getopt_long(argc, argv, "h", longs, &li)) != -1) {
+        switch (c) {
+        case 'e':
+            ok = parse_int(optarg, &o->cfg.epochs);
+            break;
+        case 'b':
+            ok = parse_int(optarg, &o->cfg.batch);
+            break;
+        case 's':
+            ok = parse_int(optarg, &o->cfg.samples);
+            break;
+        case 'l':
+            ok = parse_double(optarg, &o->cfg.lr) && o->cfg.lr > 0;
+            break;
+        case 'o':
+            o->out_path = optarg;
+            break;
+        case 'c':
+            o->check_path = optarg;
+            break;
+        case 't':
+            ok = parse_double(optarg, &o->tol);
+            break;
+        case 'm':
+            ok = parse_double(optarg, &o->max_mse);
+            break;
+        case 'h':
+            fputs(usage, stdout);
             return 1;
+        default:
+            fprintf(stderr,
+                    "hvd-example-train-sgd: unknown option or missing value: %s (see --help)\n",
+                    argv[optind - 1]);
+            return -1;
         }
     }
+    if (!ok) {
+        fprintf(stderr, "hvd-example-train-sgd: bad value '%s' for --%s (see --help)\n", optarg,
+                longs[li].name);
+        return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "hvd-example-train-sgd: unexpected argument %s (see --help)\n",
+                argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    options o = {.cfg = {.samples = 4096, .batch = 256, .epochs = 20, .lr = 0.2},
+                 .tol = 1e-9,
+                 .max_mse = 1e-3};
+    int parsed = parse_options(argc, argv, &o);
+    if (parsed != 0) return parsed > 0 ? 0 : 2;
+    sgd_config cfg = o.cfg;
+    const char *out_path = o.out_path, *check_path = o.check_path;
+    double tol = o.tol, max_mse = o.max_mse;
     hvd_err e = {0};
     if (hvd_init(&e) != 0) {
         fprintf(stderr, "hvd_init failed: %s\n", e.msg);
