@@ -154,6 +154,10 @@ void drv_answer_held(hvd_driver *d);
 /* Sends one line (printf-style) to the configured log, if any. Any thread. */
 void drv_log(hvd_driver *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Checks that object is an ELF shared object exporting a function named symbol, as hvd-exec's
+ * dlsym will want it (entry_check.c). Returns 0, or -1 with err saying what is wrong. */
+int drv_check_entry(const hvd_bytes *object, const char *symbol, hvd_err *err);
+
 /* Deep-copies a message described by desc (through its own encoding). Returns 0, or -1. */
 int drv_msg_clone(const hvd_msg_desc *desc, const void *src, void *dst);
 

@@ -42,6 +42,8 @@ static int check_config(const hvd_driver_config *cfg, hvd_err *err) {
     if (c && c->kind == HVD_CODE_SHARED_OBJECT && (c->object.len == 0 || !c->symbol || !*c->symbol))
         return hvd_err_set(err, HVD_E_INVALID,
                            "a shared-object entry point needs the object's bytes and a symbol");
+    if (c && c->kind == HVD_CODE_SHARED_OBJECT && drv_check_entry(&c->object, c->symbol, err) != 0)
+        return -1;
     if (cfg->nics && !cfg->nics[0])
         return hvd_err_set(err, HVD_E_INVALID,
                            "the list of network interfaces is empty: give at least one, or "

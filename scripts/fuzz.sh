@@ -13,11 +13,11 @@ secs=${1:-20}
 build=${HVD_FUZZ_BUILD:-build-fuzz}
 CC=clang cmake -S . -B "$build" -DHVD_FUZZ=ON -DHVD_SANITIZE=address,undefined -DHVD_WERROR=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"$(nproc)" --target fuzz_frame fuzz_message fuzz_addrs >/dev/null
+cmake --build "$build" -j"$(nproc)" --target fuzz_frame fuzz_message fuzz_addrs fuzz_entry >/dev/null
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 status=0
-for t in frame message addrs; do
+for t in frame message addrs entry; do
   mkdir -p "$scratch/$t"
   cp -r fuzz/corpus/$t/. "$scratch/$t/"
   echo "fuzz: fuzz_$t for ${secs}s"

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libmsgpack-dev libssl-dev libssh2-1-dev libjansson-dev
+  libmsgpack-dev libssl-dev libssh2-1-dev libjansson-dev libelf-dev
   openmpi-bin libopenmpi-dev
   openssh-server openssh-client
   clang libclang-rt-14-dev clang-format

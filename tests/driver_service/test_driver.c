@@ -3,6 +3,7 @@
  * wait and its timeout message, every lookup and its errors, the host list's barrel shift,
  * results in rank order, and WAIT_SHUTDOWN long-polls. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -441,6 +442,67 @@ out:
     hvd_driver_stop(d);
 }
 
+/* A whole file in a malloc'd buffer, or NULL. */
+static uint8_t *read_whole(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f) fclose(f);
+    *len = buf ? (size_t)n : 0;
+    return buf;
+}
+
+/* Starting a driver with this shared-object entry point fails with a message holding want
+ * (NULL: it starts). */
+static void entry_refused(const uint8_t *object, size_t len, const char *symbol, const char *want) {
+    hvd_code_msg code = {.kind = HVD_CODE_SHARED_OBJECT,
+                         .object = {(uint8_t *)object, len},
+                         .symbol = (char *)symbol};
+    hvd_driver_config cfg = {.num_tasks = 1, .secret = g_secret, .code = &code};
+    hvd_err err = {0};
+    hvd_driver *d = hvd_driver_start(&cfg, &err);
+    if (!want) {
+        CHECK_MSG(d != NULL, "%s: %s", symbol, err.msg);
+    } else {
+        CHECK_MSG(d == NULL && err.code == HVD_E_INVALID && strstr(err.msg, want), "%s: %s", symbol,
+                  d ? "(started)" : err.msg);
+    }
+    hvd_driver_stop(d);
+}
+
+/* A shared-object entry point is checked at start, before any task could fetch it: an ELF
+ * shared object exporting a function of that name. */
+static void test_entry_check(void) {
+    size_t len, exe_len;
+    uint8_t *so = read_whole(ENTRY_FIXTURE, &len);
+    uint8_t *exe = read_whole("/proc/self/exe", &exe_len);
+    CHECK(so && exe);
+    if (!so || !exe) goto out;
+    entry_refused(so, len, "train_fn", NULL);
+    entry_refused(so, len, "no_such_fn", "exports no function named 'no_such_fn': check the name");
+    entry_refused(so, len, "hidden_fn", "exports no function named 'hidden_fn'");
+    entry_refused(so, len, "train_var", "'train_var' is not a function");
+    entry_refused(so, len, "cxx_train", "only similar names (_Z9cxx_trainv): declare it extern");
+    entry_refused(exe, exe_len, "main", "is a program, not a shared object");
+    entry_refused((const uint8_t *)"#!/bin/sh\necho hi\n", 18, "x", "not an ELF shared object");
+    entry_refused(so, 64, "train_fn", "ELF");   /* cut short: the header only */
+    for (size_t i = 0; i < 300 && i < len; i++) /* junk after a good header */
+        so[len / 2 + i] ^= 0x5a;
+    hvd_code_msg code = {.kind = HVD_CODE_SHARED_OBJECT, .object = {so, len}, .symbol = "x"};
+    hvd_driver_config cfg = {.num_tasks = 1, .secret = g_secret, .code = &code};
+    hvd_err err;
+    hvd_driver *d = hvd_driver_start(&cfg, &err); /* either way, no crash */
+    hvd_driver_stop(d);
+out:
+    free(so);
+    free(exe);
+}
+
 static void test_code(void) {
     hvd_err err;
     /* A command. */
@@ -461,10 +523,10 @@ static void test_code(void) {
     hvd_driver_stop(d);
 
     /* A shared object: its bytes, symbol and argument come back exactly, every time. */
-    size_t len = 300 * 1024;
-    uint8_t *so = malloc(len);
-    for (size_t i = 0; i < len; i++)
-        so[i] = (uint8_t)(i * 131 + 7);
+    size_t len;
+    uint8_t *so = read_whole(ENTRY_FIXTURE, &len);
+    CHECK(so != NULL);
+    if (!so) return;
     hvd_code_msg so_code = {.kind = HVD_CODE_SHARED_OBJECT,
                             .object = {so, len},
                             .symbol = "train_fn",
@@ -716,6 +778,7 @@ int main(void) {
     RUN(test_wait_registration);
     RUN(test_ranks);
     RUN(test_code);
+    RUN(test_entry_check);
     RUN(test_results);
     RUN(test_wait_shutdown);
     RUN(test_lost_task);

@@ -108,6 +108,21 @@ def test_failing_rank():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_bad_entry_symbol():
+    """A symbol the entry point does not export is refused before any task service starts."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--entry", ARGS.probe_lib + ":probe_entyr"),
+                             hvdtest.marked_env(mark, ARGS.bin), cwd=d)
+        check(rc == 1, "exit status 1, got %d:\n%s" % (rc, se))
+        lines = se.strip().splitlines()
+        check(len(lines) == 1 and "exports no function named 'probe_entyr'" in lines[0],
+              "one line that names the symbol:\n" + se)
+        check("task" not in se and "mpirun" not in se, "nothing was started:\n" + se)
+        check(dt < 5, "refused at once, not after %.1f s" % dt)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def start_tasks(n, env, hosts, gpus=None):
     return [hvdtest.start_task(ARGS.bin, i, env, hosts[i], args=["--gpus", gpus[i]] if gpus else [],
                                stderr=subprocess.PIPE) for i in range(n)]
