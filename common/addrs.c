@@ -184,6 +184,40 @@ int hvd_local_addrs(hvd_addr **out, size_t *n, uint16_t port, const char *const 
     return 0;
 }
 
+static bool numeric_ip(const char *s) {
+    struct in6_addr a6;
+    struct in_addr a4;
+    char plain[HVD_HOST_MAX];
+    snprintf(plain, sizeof plain, "%s", s);
+    char *scope = strchr(plain, '%'); /* fe80::1%eth0 */
+    if (scope) *scope = '\0';
+    return inet_pton(AF_INET, plain, &a4) == 1 || inet_pton(AF_INET6, plain, &a6) == 1;
+}
+
+int hvd_bind_resolve(const char *spec, char *out, size_t len, hvd_err *err) {
+    if (!spec || !*spec || !strcmp(spec, "*") || !strcmp(spec, "0.0.0.0") || !strcmp(spec, "::")) {
+        snprintf(out, len, "%s", "");
+        return 0;
+    }
+    if (strlen(spec) >= HVD_HOST_MAX || strlen(spec) >= len)
+        return hvd_err_set(err, HVD_E_INVALID, "bind address '%.64s...' is too long", spec);
+    if (numeric_ip(spec)) {
+        snprintf(out, len, "%s", spec);
+        return 0;
+    }
+    const char *only[2] = {spec, NULL};
+    hvd_addr *a;
+    size_t n;
+    if (hvd_local_addrs(&a, &n, 0, only, err) != 0) {
+        hvd_err_prefix(err,
+                       "bind address '%.64s' is neither a numeric IP nor an interface: ", spec);
+        return -1;
+    }
+    snprintf(out, len, "%s", a[0].host);
+    free(a);
+    return 0;
+}
+
 /* ---- Text form -------------------------------------------------------------------------- */
 
 char *hvd_addr_str(const hvd_addr *a, char *buf, size_t len) {

@@ -7,7 +7,7 @@
  *  - `mu` is never held across a blocking call (connects, RPCs, waits other than cv).
  *  - the held WAIT_SHUTDOWN calls (`held`) belong to the loop thread (and to the thread that
  *    stops the server, once the loop has ended).
- *  - `code`, `nics`, `bind_host`, `num_tasks` are fixed at start and read without a lock. */
+ *  - `code`, `nics`, `num_tasks` are fixed at start and read without a lock. */
 #ifndef HVD_DRIVER_INTERNAL_H
 #define HVD_DRIVER_INTERNAL_H
 
@@ -122,7 +122,6 @@ struct hvd_driver {
     hvd_code_msg code; /* deep copy; kind == 0: none configured */
     bool has_code;
     char **nics; /* NULL-terminated deep copy, or NULL */
-    char *bind_host;
     hvd_log_fn log;
     void *log_user;
     hvd_server *srv;

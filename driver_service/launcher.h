@@ -26,6 +26,7 @@ typedef struct launch_opts {
     const char **mpi_args;    /* --mpi-arg, in order, NULL-terminated */
     size_t n_mpi_args;
     const char *nics;      /* --nics a,b: fixed interfaces (no probing) */
+    const char *bind;      /* --bind ADDR|IFACE: where the driver and local tasks listen */
     const char *entry;     /* --entry LIB.so:SYMBOL */
     const char *entry_arg; /* --entry-arg STR */
     char **command;        /* -- COMMAND ARGS... (NULL-terminated) */

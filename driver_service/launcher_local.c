@@ -49,6 +49,10 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
     hvd_strb_add(&a, "1");
     hvd_strb_add(&a, "--log-level");
     hvd_strb_add(&a, o->verbose ? "info" : "warn");
+    if (o->bind) {
+        hvd_strb_add(&a, "--bind");
+        hvd_strb_add(&a, o->bind);
+    }
     char **argv = hvd_strb_finish(&a);
     size_t nj = hvd_strv_len((const char *const *)job_env);
     hvd_env_change *ch = calloc(nj + 2, sizeof *ch);

@@ -248,6 +248,7 @@ static int start_driver(job *j) {
                              .secret = secret,
                              .code = &j->code,
                              .nics = (const char *const *)j->nics,
+                             .bind_host = j->o.bind,
                              .log = log_line,
                              .log_user = &j->o,
                              .net_timeout_ms = j->o.net_timeout_s * 1000};

@@ -67,6 +67,8 @@ static const char USAGE[] =
     "                      driver that long (default 15, or HVD_NET_TIMEOUT; local and ssh\n"
     "                      tasks get it, start other tasks with --net-timeout S as well)\n"
     "  --nics a,b          use these interfaces; skip probing\n"
+    "  --bind ADDR         listen only there: a numeric address, or an interface name such\n"
+    "                      as lo (default: every interface); --local task services too\n"
     "  --mpi-arg ARG       pass ARG to mpirun (repeat for several words)\n"
     "  --results-json FILE write every rank's result as JSON\n"
     "  --verbose           print the mpirun command and progress\n"
@@ -96,6 +98,7 @@ enum {
     OPT_ENV_FILE,
     OPT_MPI_ARG,
     OPT_NICS,
+    OPT_BIND,
     OPT_ENTRY,
     OPT_ENTRY_ARG,
     OPT_SSH_HOSTS,
@@ -122,6 +125,7 @@ static const struct option LONG_OPTS[] = {
     {"env-file", required_argument, NULL, OPT_ENV_FILE},
     {"mpi-arg", required_argument, NULL, OPT_MPI_ARG},
     {"nics", required_argument, NULL, OPT_NICS},
+    {"bind", required_argument, NULL, OPT_BIND},
     {"entry", required_argument, NULL, OPT_ENTRY},
     {"entry-arg", required_argument, NULL, OPT_ENTRY_ARG},
     {"ssh-hosts", required_argument, NULL, OPT_SSH_HOSTS},
@@ -176,6 +180,9 @@ static int take(int c, const char *v, launch_opts *o) {
         return 0;
     case OPT_NICS:
         o->nics = v;
+        return 0;
+    case OPT_BIND:
+        o->bind = v;
         return 0;
     case OPT_ENTRY:
         o->entry = v;

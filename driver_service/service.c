@@ -21,7 +21,6 @@ static void driver_free(hvd_driver *d) {
     drv_reg_free(&d->reg);
     hvd_msg_free(&hvd_code_desc, &d->code);
     hvd_strv_free(d->nics);
-    free(d->bind_host);
     hvd_secret_wipe(&d->secret);
     pthread_cond_destroy(&d->cv);
     pthread_mutex_destroy(&d->mu);
@@ -78,7 +77,6 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
         oom |= drv_msg_clone(&hvd_code_desc, cfg->code, &d->code) != 0;
     }
     if (cfg->nics) oom |= !(d->nics = hvd_strv_copy(cfg->nics));
-    if (cfg->bind_host) oom |= !(d->bind_host = strdup(cfg->bind_host));
     if (oom) {
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory starting the driver");
         driver_free(d);
@@ -108,33 +106,8 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
     return d;
 }
 
-/* A wildcard bind address listens everywhere: list every interface then. */
-static bool is_wildcard(const char *host) {
-    return !host || !*host || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
-}
-
 int hvd_driver_addrs(hvd_driver *d, hvd_addr **out, size_t *n, hvd_err *err) {
-    uint16_t port = hvd_server_port(d->srv);
-    if (is_wildcard(d->bind_host)) return hvd_server_addrs(d->srv, NULL, out, n, err);
-    /* Bound to one address: only it can be reached; name its interface when we find it. */
-    hvd_addr *a = calloc(1, sizeof *a);
-    if (!a) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    snprintf(a->host, sizeof a->host, "%s", d->bind_host);
-    a->port = port;
-    hvd_addr *all = NULL;
-    size_t nall = 0;
-    if (hvd_local_addrs(&all, &nall, port, NULL, NULL) == 0) {
-        for (size_t i = 0; i < nall; i++) {
-            if (strcmp(all[i].host, d->bind_host) == 0) {
-                memcpy(a->ifname, all[i].ifname, sizeof a->ifname);
-                break;
-            }
-        }
-        free(all);
-    }
-    *out = a;
-    *n = 1;
-    return 0;
+    return hvd_server_addrs(d->srv, NULL, out, n, err);
 }
 
 char **hvd_driver_job_env(hvd_driver *d, hvd_err *err) {

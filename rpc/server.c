@@ -633,14 +633,19 @@ hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err) {
     if (!s->cfg.max_output) s->cfg.max_output = 4u << 20;
     s->cfg.bind_host = NULL; /* kept in s->bind_host */
     s->name = strdup(cfg->name);
-    if (cfg->bind_host) s->bind_host = strdup(cfg->bind_host);
     s->listen_fd = -1;
     msgpack_sbuffer_init(&s->sb);
-    if (!s->name) {
+    char bind[HVD_HOST_MAX];
+    if (hvd_bind_resolve(cfg->bind_host, bind, sizeof bind, err) != 0) {
+        hvd_err_prefix(err, "%s: ", cfg->name);
+        goto fail;
+    }
+    if (bind[0]) s->bind_host = strdup(bind);
+    if (!s->name || (bind[0] && !s->bind_host)) {
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
         goto fail;
     }
-    s->listen_fd = hvd_listen_tcp(cfg->bind_host, cfg->port, &s->port, err);
+    s->listen_fd = hvd_listen_tcp(s->bind_host, cfg->port, &s->port, err);
     if (s->listen_fd < 0 || !(s->loop = hvd_loop_create(err)) ||
         !(s->listen_watch = hvd_loop_watch(s->loop, s->listen_fd, EPOLLIN, on_accept, s, err))) {
         hvd_err_prefix(err, "%s: ", cfg->name);

@@ -28,7 +28,7 @@ static void usage(FILE *f) {
           "    hvd-task --driver ADDRS --index I [--gpus 0,1] [--host-hash H]\n"
           "             [--start-timeout SEC] [--grace SEC] [--min-lifetime SEC]\n"
           "             [--net-timeout SEC]\n"
-          "             [--nics lo,eth0] [--secret-file F] [--log-level LEVEL]\n"
+          "             [--nics lo,eth0] [--bind ADDR] [--secret-file F] [--log-level LEVEL]\n"
           "    hvd-task --help\n"
           "\n"
           "DESCRIPTION\n"
@@ -81,6 +81,9 @@ static void usage(FILE *f) {
           "                         the driver shuts the job down. Default 3; 0 turns it off.\n"
           "    --nics LIST          advertise only these interfaces, comma-separated (all by\n"
           "                         default).\n"
+          "    --bind ADDR          listen only there, and advertise only that address: a\n"
+          "                         numeric address, or an interface name such as lo (its\n"
+          "                         first address). Default: every interface.\n"
           "    --secret-file F      read the job secret (base64) from F, which must be private\n"
           "                         to its owner (mode 0600). Default: $HVD_SECRET, else the\n"
           "                         file named by $HVD_SECRET_FILE. The secret is never taken\n"
@@ -195,7 +198,7 @@ static int start_signals(void) {
 /* ---- Options --------------------------------------------------------------------------------- */
 
 typedef struct task_opts {
-    const char *driver, *gpus, *host_hash, *nics, *secret_file;
+    const char *driver, *gpus, *host_hash, *nics, *bind, *secret_file;
     int start_ms, grace_ms, life_ms, net_ms, level;
     bool has_index;
 } task_opts;
@@ -244,6 +247,7 @@ enum {
     O_START,
     O_GRACE,
     O_NICS,
+    O_BIND,
     O_LIFE,
     O_SECRET_FILE,
     O_LEVEL,
@@ -259,6 +263,7 @@ static const struct option LONG_OPTS[] = {
     {"start-timeout", required_argument, NULL, O_START},
     {"grace", required_argument, NULL, O_GRACE},
     {"nics", required_argument, NULL, O_NICS},
+    {"bind", required_argument, NULL, O_BIND},
     {"min-lifetime", required_argument, NULL, O_LIFE},
     {"secret-file", required_argument, NULL, O_SECRET_FILE},
     {"log-level", required_argument, NULL, O_LEVEL},
@@ -285,6 +290,9 @@ static int take(int c, const char *v, task_opts *o) {
         return 0;
     case O_NICS:
         o->nics = v;
+        return 0;
+    case O_BIND:
+        o->bind = v;
         return 0;
     case O_SECRET_FILE:
         o->secret_file = v;
@@ -368,6 +376,7 @@ static hvd_task *start_task(const task_opts *o, int *status) {
                            .grace_ms = o->grace_ms,
                            .min_lifetime_ms = o->life_ms,
                            .net_timeout_ms = o->net_ms,
+                           .bind_host = o->bind,
                            .log = log_line,
                            .log_level = o->level};
     int rc = o->secret_file ? hvd_secret_read_file(&cfg.secret, o->secret_file, &err)

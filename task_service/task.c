@@ -202,6 +202,7 @@ static hvd_task *task_new(const hvd_task_config *cfg) {
     t->cfg.work_dir = NULL;
     t->cfg.base_env = NULL;
     t->cfg.nics = NULL;
+    t->cfg.bind_host = NULL; /* only init_server needs it */
     if (t->cfg.start_timeout_ms <= 0)
         t->cfg.start_timeout_ms = HVD_TASK_START_TIMEOUT_DEFAULT_S * 1000;
     if (t->cfg.grace_ms <= 0) t->cfg.grace_ms = HVD_GRACE_DEFAULT_MS;
@@ -228,10 +229,10 @@ static int init_abort_fd(hvd_task *t, hvd_err *err) {
     return 0;
 }
 
-/* The RPC server (not started yet) with the request handlers, and its addresses on nics
- * (NULL: every interface) in t->addrs. */
-static int init_server(hvd_task *t, const char *const *nics, hvd_err *err) {
-    hvd_server_config sc = {.name = t->name, .secret = t->cfg.secret};
+/* The RPC server (not started yet) with the request handlers, listening on bind_host (NULL:
+ * every interface), and its addresses on nics (NULL: every interface) in t->addrs. */
+static int init_server(hvd_task *t, const char *bind_host, const char *const *nics, hvd_err *err) {
+    hvd_server_config sc = {.name = t->name, .secret = t->cfg.secret, .bind_host = bind_host};
     t->srv = hvd_server_create(&sc, err);
     hvd_secret_wipe(&sc.secret);
     if (!t->srv) return -1;
@@ -258,8 +259,9 @@ hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
         return NULL;
     }
     if (init_identity(t, cfg, err) != 0 || init_abort_fd(t, err) != 0 ||
-        init_server(t, cfg->nics, err) != 0 || init_env(t, cfg->base_env, err) != 0 ||
-        hvd_server_start(t->srv, err) != 0 || register_task(t, err) != 0) {
+        init_server(t, cfg->bind_host, cfg->nics, err) != 0 ||
+        init_env(t, cfg->base_env, err) != 0 || hvd_server_start(t->srv, err) != 0 ||
+        register_task(t, err) != 0) {
         task_free(t);
         return NULL;
     }

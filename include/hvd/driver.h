@@ -29,7 +29,8 @@ typedef struct hvd_driver_config {
     const hvd_code_msg *code; /* the entry point handed to ranks (deep-copied) */
     const char *const *nics;  /* NULL-terminated interface names the user fixed (skips
                                  probing), or NULL */
-    const char *bind_host;    /* numeric address to listen on; NULL: all interfaces */
+    const char *bind_host;    /* where to listen: a numeric address or an interface name
+                                 (hvd_bind_resolve); NULL: all interfaces */
     uint16_t port;            /* 0: ephemeral */
     hvd_log_fn log;           /* progress lines; NULL: none */
     void *log_user;

@@ -83,6 +83,13 @@ char *hvd_addrs_format(const hvd_addr *addrs, size_t n);
  * offending entry. An empty string is an error. */
 int hvd_addrs_parse(const char *text, hvd_addr **out, size_t *n, hvd_err *err);
 
+/* Where a service listens, from what a user wrote (--bind, bind_host): a numeric IPv4 or IPv6
+ * address is taken as it is; an interface name ("lo", "eth0") becomes its first address
+ * (IPv4 before IPv6); "", "*", "0.0.0.0" and "::" mean every interface, written as "" into
+ * out. Returns 0, or -1 with err naming the interfaces that are up when the name is none of
+ * them. */
+int hvd_bind_resolve(const char *spec, char *out, size_t len, hvd_err *err);
+
 /* Formats one address as "host:port" or "[v6]:port" into buf; returns buf. */
 char *hvd_addr_str(const hvd_addr *a, char *buf, size_t len);
 

@@ -77,7 +77,8 @@ typedef void (*hvd_call_fn)(void *arg);
 typedef struct hvd_server_config {
     const char *name;         /* service name bound into the handshake: "driver", "task 3" */
     hvd_secret secret;        /* the job secret */
-    const char *bind_host;    /* numeric address to bind, NULL for all interfaces */
+    const char *bind_host;    /* where to listen (hvd_bind_resolve: a numeric address or an
+                                 interface name); NULL: all interfaces */
     uint16_t port;            /* 0: an ephemeral port */
     size_t max_frame;         /* largest frame payload accepted; 0: HVD_DEFAULT_MAX_FRAME */
     int handshake_timeout_ms; /* time allowed for a peer to finish the handshake; 0: 5000 */

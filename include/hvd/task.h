@@ -50,11 +50,14 @@ typedef struct hvd_task_config {
                                 0: HVD_MIN_LIFETIME_DEFAULT_MS; < 0: none */
     hvd_task_log_fn log;     /* NULL: none */
     void *log_user;
-    int log_level;      /* lines above this level are not passed to log */
-    int net_timeout_ms; /* the driver counts as gone (and the command is ended) when the
-                           watcher's connection to it hears nothing for about this long (TCP
-                           keepalive, TCP_USER_TIMEOUT: a network partition);
-                           <= 0: HVD_NET_TIMEOUT_DEFAULT_S s */
+    int log_level;         /* lines above this level are not passed to log */
+    int net_timeout_ms;    /* the driver counts as gone (and the command is ended) when the
+                              watcher's connection to it hears nothing for about this long (TCP
+                              keepalive, TCP_USER_TIMEOUT: a network partition);
+                              <= 0: HVD_NET_TIMEOUT_DEFAULT_S s */
+    const char *bind_host; /* where to listen: a numeric address or an interface name
+                              (hvd_bind_resolve), then the only address advertised; NULL:
+                              every interface */
 } hvd_task_config;
 
 /* Starts the task service and registers it with the driver (retrying with backoff while the

@@ -390,9 +390,10 @@ static void task_log(void *user, int level, const char *line) {
 static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"index",       "driver",       "secret",    "gpus",
                              "work_dir",    "host_hash",    "nics",      "start_timeout",
-                             "net_timeout", "min_lifetime", "log_level", NULL};
+                             "net_timeout", "min_lifetime", "log_level", "bind",
+                             NULL};
     int index;
-    const char *driver, *work_dir = NULL, *host_hash = NULL, *level_s = "warn";
+    const char *driver, *work_dir = NULL, *host_hash = NULL, *level_s = "warn", *bind = NULL;
     Py_buffer secret = {.buf = NULL};
     PyObject *gpus_o = Py_None, *nics_o = Py_None;
     double start_timeout = HVD_TASK_START_TIMEOUT_DEFAULT_S,
@@ -402,9 +403,9 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_RuntimeError, "the task is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "isy*|OzzOddds", kwlist, &index, &driver, &secret,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "isy*|OzzOdddsz", kwlist, &index, &driver, &secret,
                                      &gpus_o, &work_dir, &host_hash, &nics_o, &start_timeout,
-                                     &net_timeout, &min_lifetime, &level_s))
+                                     &net_timeout, &min_lifetime, &level_s, &bind))
         return -1;
     char **gpus = NULL, **nics = NULL;
     hvd_addr *addrs = NULL;
@@ -437,6 +438,7 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
                            .start_timeout_ms = start_ms ? start_ms : 1,
                            .net_timeout_ms = net_ms ? net_ms : 1,
                            .min_lifetime_ms = life_ms ? life_ms : -1,
+                           .bind_host = bind,
                            .log = task_log,
                            .log_user = self->prefix,
                            .log_level = level};

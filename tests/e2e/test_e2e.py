@@ -123,6 +123,40 @@ def test_bad_entry_symbol():
     hvdtest.assert_no_leftovers(mark)
 
 
+def listeners_of(pids):
+    """[(program, local address)] of the TCP listening sockets of these processes."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        cols = line.split()
+        for prog, pid in re.findall(r'\("([^"]+)",pid=(\d+)', line):
+            if int(pid) in pids:
+                found.append((prog, cols[3]))
+    return found
+
+
+def test_bind():
+    """--bind lo: the driver and the local task services listen on loopback only."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        env = hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d)
+        p = hvdtest.start_driver(ARGS.bin, ["run", "-np", "2", "--local", "2", "--bind", "lo", "--entry",
+                                            ARGS.probe_lib + ":probe_entry", "--entry-arg", "sleep=3"], env, d)
+        hvdtest.wait_for(lambda: all(os.path.exists(os.path.join(d, "state.%d" % r)) for r in range(2)), 60,
+                         "both ranks in the entry point")
+        procs = hvdtest.processes_with(mark)
+        ours = [(prog, a) for prog, a in listeners_of(set(procs)) if prog in ("hvd-driver", "hvd-task")]
+        so, se = p.communicate(timeout=60)
+        check(p.returncode == 0, "hvd-driver exited %d:\n%s" % (p.returncode, se))
+        check(len(ours) == 3, "one listener each for the driver and 2 tasks: %s" % ours)
+        check(all(a.startswith("127.0.0.1:") for _, a in ours), "all on loopback: %s" % ours)
+        rc, so, se, dt = run(driver("run", "-np", "1", "--local", "1", "--bind", "nosuchif0", "--entry",
+                                    ARGS.probe_lib + ":probe_entry"), env, cwd=d)
+        check(rc == 1 and len(se.strip().splitlines()) == 1 and "'nosuchif0' is neither a numeric IP nor an "
+              "interface" in se and "interfaces up with addresses: lo" in se, "a bad --bind is one line:\n" + se)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def start_tasks(n, env, hosts, gpus=None):
     return [hvdtest.start_task(ARGS.bin, i, env, hosts[i], args=["--gpus", gpus[i]] if gpus else [],
                                stderr=subprocess.PIPE) for i in range(n)]

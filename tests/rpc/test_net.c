@@ -5,6 +5,7 @@
  * runs itself that way under `unshare --net` to see the hash change with the namespace. */
 #include "hvd/error.h"
 #include "hvd/net.h"
+#include "hvd/rpc.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -554,6 +555,35 @@ static int run_capture(char *const argv[], char *out, size_t len) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* --bind: numeric addresses as given, interface names to their first address, wildcards to
+ * "" (everywhere); a server bound through a name listens and advertises only there. */
+static void test_bind_resolve(void) {
+    char out[HVD_HOST_MAX];
+    hvd_err err;
+    CHECK(hvd_bind_resolve("lo", out, sizeof out, &err) == 0 && strcmp(out, "127.0.0.1") == 0);
+    CHECK(hvd_bind_resolve("10.1.2.3", out, sizeof out, &err) == 0 && !strcmp(out, "10.1.2.3"));
+    CHECK(hvd_bind_resolve("::1", out, sizeof out, &err) == 0 && strcmp(out, "::1") == 0);
+    CHECK(hvd_bind_resolve("fe80::1%lo", out, sizeof out, &err) == 0 && !strcmp(out, "fe80::1%lo"));
+    const char *wild[] = {NULL, "", "*", "0.0.0.0", "::"};
+    for (size_t i = 0; i < sizeof wild / sizeof *wild; i++)
+        CHECK(hvd_bind_resolve(wild[i], out, sizeof out, &err) == 0 && out[0] == '\0');
+    CHECK(hvd_bind_resolve("nosuchif0", out, sizeof out, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "'nosuchif0' is neither a numeric IP nor an interface") &&
+                  strstr(err.msg, "lo"),
+              "%s", err.msg);
+    CHECK(hvd_bind_resolve("300.1.1.1", out, sizeof out, &err) == -1);
+
+    hvd_server_config sc = {.name = "bound", .bind_host = "lo"};
+    hvd_server *s = hvd_server_create(&sc, &err);
+    CHECK_MSG(s != NULL, "%s", err.msg);
+    hvd_addr *a = NULL;
+    size_t n = 0;
+    CHECK(s && hvd_server_addrs(s, NULL, &a, &n, &err) == 0);
+    CHECK(n == 1 && a && strcmp(a[0].host, "127.0.0.1") == 0 && strcmp(a[0].ifname, "lo") == 0);
+    free(a);
+    if (s) hvd_server_destroy(s);
+}
+
 static void test_host_hash(void) {
     char h1[HVD_HOST_HASH_MAX], h2[HVD_HOST_HASH_MAX], h3[HVD_HOST_HASH_MAX];
     hvd_err err = {0};
@@ -687,6 +717,7 @@ int main(int argc, char **argv) {
     RUN(test_addrs_roundtrip);
     RUN(test_addrs_malformed);
     RUN(test_local_addrs);
+    RUN(test_bind_resolve);
     RUN(test_host_hash);
     RUN(test_host_hash_netns);
 
