@@ -54,7 +54,8 @@ enum {
     MSG_ABORT = 'A', /* owner -> keeper: abort the command */
     MSG_PID = 'P',   /* keeper -> owner: value = the shell's pid */
     MSG_FAIL = 'F',  /* keeper -> owner: setup step `value` failed with errno `err` */
-    MSG_EXIT = 'X',  /* keeper -> owner: value = exit code; sent just before the keeper exits */
+    MSG_EXIT = 'X',  /* keeper -> owner: value = exit code, err = the signal that ended the
+                        command (0: it exited); sent just before the keeper exits */
 };
 
 /* The keeper setup steps that can fail, as reported in MSG_FAIL. */
@@ -100,6 +101,7 @@ struct hvd_proc {
     int ended;       /* reaped: exit_code is final */
     int exit_code;   /* valid once ended */
     int exit_record; /* exit code the keeper sent over ctl, or -1 */
+    int exit_signal; /* the signal that ended the command, as the keeper sent it; 0: none */
 };
 
 static atomic_int force_fallbacks;
@@ -459,49 +461,51 @@ static void keeper_reap(struct keeper *k, struct keeper_state *ks) {
         if (p < 0 && errno == EINTR) continue;
         if (p < 0 && errno == ECHILD) {
             int code = exit_code_of(ks->shell_status);
+            int sig = WIFSIGNALED(ks->shell_status) ? WTERMSIG(ks->shell_status) : 0;
             remove_cleanup_dir(k);
-            send_msg(k->ctl, MSG_EXIT, code, 0);
+            send_msg(k->ctl, MSG_EXIT, code, sig);
             child_exit(code);
         }
         return;
     }
 }
 
-/* Waits for a signal, an owner message or the next kill round. Returns 1 if the command must
- * be aborted: the owner asked, or is gone (lifeline cut, or our parent changed). */
+/* Waits for a signal, an owner message or the next kill round. Returns the grace period (ms)
+ * of an abort when the command must be aborted: the owner asked (with its grace, or ours),
+ * or is gone (lifeline cut, or our parent changed); -1 otherwise. */
 static int keeper_wait(struct keeper *k, struct keeper_state *ks) {
     struct pollfd pf[2] = {{.fd = ks->sfd, .events = POLLIN}, {.fd = k->ctl, .events = POLLIN}};
     int timeout = ks->state == K_TERMINATING ? hvd_ms_left(ks->deadline)
                   : ks->state == K_KILLING   ? KILL_REWALK_MS
                                              : -1;
-    if (poll(pf, ks->ctl_open ? 2 : 1, timeout) < 0) return 0;
-    int abort_now = 0;
+    if (poll(pf, ks->ctl_open ? 2 : 1, timeout) < 0) return -1;
+    int grace = -1;
     if (pf[0].revents) {
         struct signalfd_siginfo si;
         while (read(ks->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
             /* Parent-death signal: also sent when just the forking thread exits, in which
              * case the owner process, our parent, is still there. */
-            if (si.ssi_signo == SIGUSR1 && getppid() != k->owner) abort_now = 1;
+            if (si.ssi_signo == SIGUSR1 && getppid() != k->owner) grace = k->grace_ms;
         }
     }
     if (ks->ctl_open && pf[1].revents) {
         struct ctl_msg m;
         ssize_t n = recv(k->ctl, &m, sizeof m, MSG_DONTWAIT);
         if (n == (ssize_t)sizeof m && m.tag == MSG_ABORT) {
-            abort_now = 1;
+            grace = m.value >= 0 ? m.value : k->grace_ms;
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
             ks->ctl_open = 0; /* lifeline cut: the owner is gone */
-            abort_now = 1;
+            grace = k->grace_ms;
         }
     }
-    return abort_now;
+    return grace;
 }
 
 /* SIGTERM (and SIGCONT: stopped processes must run to handle it) to the command's group and
- * every descendant; SIGKILL follows after the grace period. */
-static void keeper_terminate(struct keeper *k, struct keeper_state *ks) {
+ * every descendant; SIGKILL follows after grace_ms. */
+static void keeper_terminate(struct keeper *k, struct keeper_state *ks, int grace_ms) {
     ks->state = K_TERMINATING;
-    ks->deadline = hvd_now_ms() + k->grace_ms;
+    ks->deadline = hvd_now_ms() + grace_ms;
     if (!ks->shell_done) {
         kill(-k->shell, SIGTERM);
         kill(-k->shell, SIGCONT);
@@ -522,7 +526,11 @@ __attribute__((noreturn)) static void keeper_main(struct keeper *k) {
             if (!ks.shell_done) kill(-k->shell, SIGKILL);
             signal_tree(k, SIGKILL);
         }
-        if (keeper_wait(k, &ks) && ks.state == K_RUNNING) keeper_terminate(k, &ks);
+        int grace = keeper_wait(k, &ks);
+        if (grace >= 0 && ks.state == K_RUNNING)
+            keeper_terminate(k, &ks, grace);
+        else if (grace >= 0 && ks.state == K_TERMINATING && hvd_now_ms() + grace < ks.deadline)
+            ks.deadline = hvd_now_ms() + grace; /* a second abort that cannot wait as long */
     }
 }
 
@@ -569,7 +577,10 @@ static const char *step_name(int step) {
 static void drain_ctl(hvd_proc *c) {
     struct ctl_msg m;
     while (c->ctl >= 0 && recv(c->ctl, &m, sizeof m, MSG_DONTWAIT) == (ssize_t)sizeof m)
-        if (m.tag == MSG_EXIT) c->exit_record = m.value;
+        if (m.tag == MSG_EXIT) {
+            c->exit_record = m.value;
+            c->exit_signal = m.err;
+        }
 }
 
 /* Waits for the keeper to report the shell's pid. Returns 0, or -1 with err filled (the
@@ -822,6 +833,10 @@ int hvd_proc_exit_fd(const hvd_proc *c) {
     return c->exit_fd;
 }
 
+int hvd_proc_exit_signal(const hvd_proc *c) {
+    return c->ended ? c->exit_signal : 0;
+}
+
 pid_t hvd_proc_pid(const hvd_proc *c) {
     return c->shell;
 }
@@ -900,8 +915,12 @@ int hvd_proc_wait(hvd_proc *c, int timeout_ms, int *exit_code) {
 }
 
 void hvd_proc_abort(hvd_proc *c) {
+    hvd_proc_abort_within(c, -1);
+}
+
+void hvd_proc_abort_within(hvd_proc *c, int grace_ms) {
     if (c->ended || c->ctl < 0) return;
-    struct ctl_msg m = {MSG_ABORT, 0, 0};
+    struct ctl_msg m = {MSG_ABORT, grace_ms < 0 ? -1 : grace_ms, 0};
     /* Fails harmlessly (EPIPE, no SIGPIPE) if the keeper has already exited. */
     while (send(c->ctl, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {
     }

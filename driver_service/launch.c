@@ -134,8 +134,12 @@ static void launch_log(const hvd_launch_config *cfg, const char *fmt, ...) {
     cfg->log(cfg->log_user, line);
 }
 
+static int stop_value(const hvd_launch_config *cfg) {
+    return cfg->stop ? __atomic_load_n(cfg->stop, __ATOMIC_ACQUIRE) : 0;
+}
+
 static bool stop_requested(const hvd_launch_config *cfg) {
-    return cfg->stop && __atomic_load_n(cfg->stop, __ATOMIC_ACQUIRE);
+    return stop_value(cfg) != 0;
 }
 
 /* mpirun's environment: this process's, with cfg->extra_env and then the job's variables
@@ -180,6 +184,7 @@ out:
 static void wait_mpirun(hvd_proc *p, const hvd_launch_config *cfg, hvd_launch_outcome *out) {
     int64_t deadline = cfg->timeout_s > 0 ? hvd_now_ms() + (int64_t)cfg->timeout_s * 1000 : -1;
     int code = 255;
+    bool urgent = false; /* the kill delay was cut short */
     for (;;) {
         int r = hvd_proc_wait(p, POLL_MS, &code);
         if (r <= 0) {
@@ -196,8 +201,15 @@ static void wait_mpirun(hvd_proc *p, const hvd_launch_config *cfg, hvd_launch_ou
             out->stopped = true;
             hvd_proc_abort(p);
         }
+        if (!urgent && stop_value(cfg) == HVD_LAUNCH_STOP_LOST) {
+            urgent = out->stopped = true;
+            launch_log(cfg, "a part of the job is unreachable: mpirun gets SIGKILL in %d ms",
+                       HVD_MPIRUN_LOST_KILL_DELAY_MS);
+            hvd_proc_abort_within(p, HVD_MPIRUN_LOST_KILL_DELAY_MS);
+        }
     }
     out->status = code;
+    out->signal = hvd_proc_exit_signal(p);
 }
 
 /* Runs argv (mpirun) and waits for it. Returns 0 with the outcome, or -1 with err. */

@@ -36,13 +36,21 @@ static const char *signal_name(int sig) {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
 }
 
-void watch_stop_job(const char *why) {
+/* Stops the job (how: HVD_LAUNCH_STOP or HVD_LAUNCH_STOP_LOST, which an earlier ordinary
+ * stop is raised to). */
+static void stop_job(const char *why, int how) {
     pthread_mutex_lock(&w.mu);
     if (!w.reason[0]) snprintf(w.reason, sizeof w.reason, "%s", why);
     pthread_mutex_unlock(&w.mu);
-    if (__atomic_exchange_n(&w.stop, 1, __ATOMIC_SEQ_CST)) return;
+    int was = __atomic_exchange_n(&w.stop, how, __ATOMIC_SEQ_CST);
+    if (was > how) __atomic_store_n(&w.stop, was, __ATOMIC_SEQ_CST);
+    if (was) return;
     hvd_driver *d = __atomic_load_n(&w.d, __ATOMIC_ACQUIRE);
     if (d) hvd_driver_abort(d, why);
+}
+
+void watch_stop_job(const char *why) {
+    stop_job(why, HVD_LAUNCH_STOP);
 }
 
 void watch_stop_reason(char *out, size_t cap) {
@@ -86,7 +94,9 @@ static void check_lost(int64_t *lost_since) {
     int64_t now = hvd_now_ms();
     if (*lost_since < 0) *lost_since = now;
     char why[sizeof w.reason];
-    if (hvd_driver_lost_reason(d, why, sizeof why) || now - *lost_since >= LOST_TASK_GRACE_MS)
+    if (hvd_driver_lost_reason(d, why, sizeof why)) /* timed out: unreachable */
+        stop_job(why, HVD_LAUNCH_STOP_LOST);
+    else if (now - *lost_since >= LOST_TASK_GRACE_MS)
         watch_stop_job(why[0] ? why
                               : "a task service went away while the job ran (its connection to "
                                 "the driver broke: did the executor die?)");

@@ -25,6 +25,10 @@
 #define HVD_MIN_LIFETIME_DEFAULT_MS 3000
 /* A stopped job's mpirun gets SIGTERM, and SIGKILL this much later. */
 #define HVD_MPIRUN_KILL_DELAY_MS 10000
+/* ... or this much later when the job stops because a part of it is unreachable (a network
+ * partition): mpirun would only wait on the lost orted, and the reachable ranks end with their
+ * task services anyway. */
+#define HVD_MPIRUN_LOST_KILL_DELAY_MS 1000
 
 /* Where hvd-rsh, hvd-exec and hvd-task are (default: next to the running program). */
 #define HVD_BIN_DIR_ENV "HVD_BIN_DIR"

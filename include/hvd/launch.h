@@ -12,6 +12,12 @@
 #include "hvd/defaults.h"
 #include "hvd/driver.h"
 
+/* Values of *hvd_launch_config.stop. */
+enum {
+    HVD_LAUNCH_STOP = 1,      /* stop the job */
+    HVD_LAUNCH_STOP_LOST = 2, /* stop it, and a part of it is unreachable: do not wait on mpirun */
+};
+
 typedef struct hvd_launch_config {
     int np;                       /* ranks (= tasks) */
     const char *bin_dir;          /* where hvd-rsh is; NULL: hvd_launch_bin_dir() */
@@ -28,7 +34,9 @@ typedef struct hvd_launch_config {
     const int *stop;              /* or NULL: once *stop is non-zero (set with __atomic_store_n from
                                      any thread), the job is stopped as on timeout: a wait for the
                                      tasks fails at once, mpirun gets SIGTERM (its group and every
-                                     descendant), SIGKILL HVD_MPIRUN_KILL_DELAY_MS later */
+                                     descendant), SIGKILL HVD_MPIRUN_KILL_DELAY_MS later; or
+                                     HVD_MPIRUN_LOST_KILL_DELAY_MS later once it is
+                                     HVD_LAUNCH_STOP_LOST (also after an ordinary stop) */
     hvd_log_fn log;               /* the mpirun command line and progress; NULL: none */
     void *log_user;
 } hvd_launch_config;
@@ -36,6 +44,9 @@ typedef struct hvd_launch_config {
 /* How the job's mpirun ended. */
 typedef struct hvd_launch_outcome {
     int status;     /* mpirun's exit status (128+N for signal N) */
+    int signal;     /* the signal that killed mpirun (0: it exited, maybe with 128+N after a
+                       rank was killed by signal N); one we did not send means someone else
+                       killed mpirun */
     bool timed_out; /* the timeout stopped it */
     bool stopped;   /* *stop stopped it */
 } hvd_launch_outcome;

@@ -195,6 +195,7 @@ static hvd_proc *start(const char *command, char *const *envp, const char *cwd, 
 struct result {
     buf out, err; /* formatted stdout and stderr */
     int code;     /* exit code, or -1000 if not known */
+    int signal;   /* hvd_proc_exit_signal */
 };
 
 static void result_free(struct result *r) {
@@ -269,6 +270,7 @@ static void run(const char *command, char *const *envp, const char *cwd, int ind
                 struct result *r) {
     hvd_proc *c = start(command, envp, cwd, 0);
     drive(c, index, r);
+    r->signal = c ? hvd_proc_exit_signal(c) : -1;
     hvd_proc_free(c);
 }
 
@@ -333,16 +335,24 @@ static void tree_command(const struct scene *s, char *cmd, size_t cap) {
 static void test_exit_codes(void) {
     static const struct {
         const char *cmd;
-        int code;
+        int code, signal; /* killed by a signal, or exited with a code that looks like it */
     } cases[] = {
-        {"exit 0", 0},     {"exit 3", 3}, {"kill -TERM $$", 143},       {"kill -KILL $$", 137},
-        {"exit 255", 255}, {"true", 0},   {"no_such_command_hvd", 127},
+        {"exit 0", 0, 0},
+        {"exit 3", 3, 0},
+        {"kill -TERM $$", 143, 15},
+        {"kill -KILL $$", 137, 9},
+        {"exit 255", 255, 0},
+        {"true", 0, 0},
+        {"no_such_command_hvd", 127, 0},
+        {"exit 137", 137, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct result r;
         run(cases[i].cmd, NULL, NULL, -1, &r);
         CHECK_MSG(r.code == cases[i].code, "'%s': exit code %d, want %d", cases[i].cmd, r.code,
                   cases[i].code);
+        CHECK_MSG(r.signal == cases[i].signal, "'%s': signal %d, want %d", cases[i].cmd, r.signal,
+                  cases[i].signal);
         result_free(&r);
     }
 }
@@ -507,6 +517,29 @@ static void check_abort_tree(int grace_ms) {
 
 static void test_abort_tree(void) {
     check_abort_tree(1000);
+}
+
+/* An abort that turns urgent: a command that ignores SIGTERM, aborted with a long grace
+ * period, then again with a short one, is killed after the short one; a later abort with a
+ * longer grace does not lengthen it. */
+static void test_abort_within(void) {
+    hvd_proc_spec spec = {.command = "trap '' TERM; while :; do sleep 0.05; done",
+                          .grace_ms = 20000};
+    hvd_proc *c = hvd_proc_start(&spec, NULL);
+    CHECK(c != NULL);
+    if (!c) return;
+    int code = 0;
+    CHECK(hvd_proc_wait(c, 200, &code) == 1); /* running */
+    int64_t t0 = test_now_ms();
+    hvd_proc_abort(c);
+    CHECK(hvd_proc_wait(c, 300, &code) == 1); /* SIGTERM ignored: still running */
+    hvd_proc_abort_within(c, 200);
+    hvd_proc_abort_within(c, 60000);
+    CHECK(hvd_proc_wait(c, 5000, &code) == 0);
+    int64_t took = test_now_ms() - t0;
+    CHECK_MSG(took < 3000, "ended %lld ms after the abort (grace cut to 200 ms)", (long long)took);
+    CHECK_MSG(code == 128 + SIGKILL, "exit code %d", code);
+    hvd_proc_free(c);
 }
 
 /* Starts the tree as a forked "owner" process, SIGKILLs the owner, and checks that every
@@ -805,6 +838,7 @@ int main(void) {
     RUN(test_session_and_group);
     RUN(test_start_errors);
     RUN(test_abort_tree);
+    RUN(test_abort_within);
     RUN(test_owner_killed);
     RUN(test_owner_killed_lifeline_held);
     RUN(test_daemon_outlives_shell);

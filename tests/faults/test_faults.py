@@ -31,11 +31,10 @@ A network partition is the cell running:link:DOWN: hvd-driver (and mpirun) in on
 namespace, tasks 0-1 in a second (host A), tasks 2-3 in a third (host B), joined by veth
 pairs on a bridge (as in tests/e2e test_netns_hosts); once every rank sleeps in its entry,
 host B's veth is set down on the bridge side, so that its packets are black-holed (no RST,
-no FIN). It checks: hvd-driver exits non-zero within PARTITION_LIMIT (30 s) of the link going
-down. The default --net-timeout is 15 s: keepalive notices the silence 10-17.5 s after the
-cut and the driver stops the job at once (a timed-out connection is never a normal end), but
-mpirun cannot reach host B's orted either and is killed 10 s after its SIGTERM: 20-29 s in
-all. One line of the driver says it lost contact with
+no FIN). It checks: hvd-driver exits non-zero within PARTITION_LIMIT (20 s) of the link going
+down. The default --net-timeout is 15 s: keepalive notices the silence 10-16 s after the cut
+and the driver stops the job at once (a timed-out connection is never a normal end); mpirun
+cannot reach host B's orted either, so it is killed 1 s after its SIGTERM: 11-17 s in all. One line of the driver says it lost contact with
 host B's tasks (names e2e-faults-b or task 2/3) and that the connection timed out; the tasks
 in host B's namespace notice too and end their command (no process of the job is left within
 PARTITION_LIMIT + 10 s), and no temp file is left. The namespaces, veths and bridge are
@@ -85,7 +84,7 @@ NOT_APPLICABLE = {
     ("registration", "mpirun"), ("launch", "rank"),
 }
 PARTITION_CELL = "running:link:DOWN"
-PARTITION_LIMIT = 30.0   # from the link going down to hvd-driver's exit (20-29 s expected)
+PARTITION_LIMIT = 20.0   # from the link going down to hvd-driver's exit (10-17 s expected)
 NAMES["link"] = ["e2e-faults-b", "task 2", "task 3"]
 CI_CELLS = ["running:%s:KILL" % v for v in VICTIMS] + [PARTITION_CELL]
 
@@ -506,8 +505,8 @@ def main():
                 "`/dev/shm/hvd-task-*`. running:link:DOWN is the network partition: tasks 0-1 (host A), "
                 "tasks 2-3 (host B) and the driver in three network namespaces, host B's veth set down "
                 "while every rank sleeps in its entry (packets black-holed); *end* runs from the link "
-                "going down, limit %.0f s (default `--net-timeout` 15 s: noticed 10-17.5 s after the cut, then "
-                "mpirun, which cannot reach host B's orted, gets 10 s before SIGKILL), and the processes left in host "
+                "going down, limit %.0f s (default `--net-timeout` 15 s: noticed 10-16 s after the cut, then "
+                "mpirun, which cannot reach host B's orted, gets 1 s before SIGKILL), and the processes left in host "
                 "B's namespace must end by themselves within %.0f s.\n\n"
                 % (END_LIMIT, PARTITION_LIMIT, PARTITION_LIMIT + 10) + table(cells) + "\n")
         reldoc.write_section(ARGS.doc, "faults", body)

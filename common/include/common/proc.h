@@ -103,6 +103,16 @@ int hvd_proc_wait(hvd_proc *p, int timeout_ms, int *exit_code);
  * that has already ended, or aborting twice, does nothing. */
 void hvd_proc_abort(hvd_proc *p);
 
+/* hvd_proc_abort with its own grace period (ms, >= 0; < 0: the spec's). Called again while
+ * the command is being terminated, it may shorten the grace period, never lengthen it: a job
+ * whose stop turns urgent (a host was lost) can cut short the wait it started. */
+void hvd_proc_abort_within(hvd_proc *p, int grace_ms);
+
+/* Once the command has ended: the signal that killed its shell (or program), telling "killed
+ * by signal 9" from "exited with status 137"; 0 if it exited, or if that cannot be known (the
+ * keeper itself was killed). */
+int hvd_proc_exit_signal(const hvd_proc *p);
+
 /* The child's (the shell's, or the program's) process id; it is also the command's process group
  * and session id. */
 pid_t hvd_proc_pid(const hvd_proc *p);
