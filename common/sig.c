@@ -5,19 +5,27 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
 static int pipe_w = -1;  /* the handler's end */
 static int first_signal; /* written by the handler, read by any thread (atomic) */
 
-static void on_signal(int sig) {
+/* One signal on the pipe: written whole (well under PIPE_BUF, so never split). */
+typedef struct sig_record {
+    int32_t sig;
+    int32_t sender; /* si_pid: who sent it (0: the kernel, or unknown) */
+} sig_record;
+
+static void on_signal(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
     int saved = errno;
     int zero = 0;
     __atomic_compare_exchange_n(&first_signal, &zero, sig, false, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST);
-    unsigned char b = (unsigned char)sig;
-    if (pipe_w >= 0) (void)!write(pipe_w, &b, 1);
+    sig_record r = {sig, si && si->si_code <= 0 ? (int32_t)si->si_pid : 0}; /* SI_USER et al. */
+    if (pipe_w >= 0) (void)!write(pipe_w, &r, sizeof r);
     errno = saved;
 }
 
@@ -27,9 +35,9 @@ int hvd_signals_install(hvd_err *err) {
         return hvd_err_set(err, HVD_E_INTERNAL, "cannot create the signal pipe: %s",
                            strerror(errno));
     pipe_w = p[1];
-    struct sigaction sa = {.sa_handler = on_signal};
+    struct sigaction sa = {.sa_sigaction = on_signal};
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
@@ -39,12 +47,18 @@ int hvd_signals_install(hvd_err *err) {
     return p[0];
 }
 
-int hvd_signals_next(int fd) {
-    unsigned char b;
+int hvd_signals_next_from(int fd, pid_t *sender) {
+    sig_record r;
     ssize_t n;
-    while ((n = read(fd, &b, 1)) < 0 && errno == EINTR) {
+    while ((n = read(fd, &r, sizeof r)) < 0 && errno == EINTR) {
     }
-    return n == 1 ? b : 0;
+    if (n != (ssize_t)sizeof r) return 0;
+    if (sender) *sender = r.sender;
+    return r.sig;
+}
+
+int hvd_signals_next(int fd) {
+    return hvd_signals_next_from(fd, NULL);
 }
 
 int hvd_signals_first(void) {

@@ -33,8 +33,10 @@ typedef struct drv_task {
     bool reported;           /* this task's reachability report is in `reach` */
     uint32_t watches;        /* WAIT_SHUTDOWN long-polls of this index held now */
     bool lost;               /* its last one broke before shutdown and none came since */
+    bool done;               /* it said TASK_EV_DONE: its watch closing is a normal end */
+    char lost_why[256];      /* what it said when it ended early (TASK_EV_ENDING), or "" */
     int lost_err;            /* the errno that broke it (ETIMEDOUT: partition) */
-    uint64_t lost_seq;       /* order among lost tasks (1 = first) */
+    uint64_t lost_seq;       /* when it was lost, in drv_registry.seq */
     uint64_t *reach;         /* [n] when reported: reach[j] = the candidate interfaces (bits
                                 over drv_registry.cand) this task reached task j on */
 } drv_task;
@@ -44,6 +46,7 @@ typedef struct drv_host {
     char *host_hash; /* owned */
     uint32_t *idx;   /* sorted ascending, no duplicates */
     size_t n, cap;
+    bool agent_seen; /* an agent (hvd-rsh) for it reached the driver (AGENT_WATCH) */
 } drv_host;
 
 typedef struct drv_registry {
@@ -61,7 +64,9 @@ typedef struct drv_registry {
     size_t ncand;            /* <= DRV_MAX_CAND */
     hvd_result_msg *results; /* [n] by rank; .present says whether one was reported */
     uint64_t *result_order;  /* [n] by rank: 1, 2, ... in the order results arrived; 0: none */
-    uint64_t results_seen;   /* results that arrived (the last order given) */
+    uint32_t nresults;       /* ranks with a result */
+    uint64_t seq; /* the last order given: results, lost tasks and agent events share it, so
+                     that the first part of a job to fail can be told (failure.c) */
 } drv_registry;
 
 /* What drv_reg_put did, for log lines. */
@@ -108,6 +113,30 @@ void drv_reg_put_result(drv_registry *r, hvd_result_msg *m);
 
 /* ---- The driver ---------------------------------------------------------------------------- */
 
+/* Something that went wrong in a part of the job other than a rank or a task service, as an
+ * agent (hvd-rsh) told it or its death showed (failure.c). */
+typedef struct drv_event {
+    uint64_t seq;   /* drv_registry.seq */
+    uint32_t agent; /* the process id of the agent it is about; 0: none */
+    bool weak;      /* maybe only an echo of something else: an agent's death (mpirun kills
+                       its agents when it gives up), orted's exit status (it exits 1 when
+                       mpirun is stopped while it starts): named only when nothing else
+                       explains the failure */
+    char text[HVD_ERR_MAX];
+} drv_event;
+
+#define DRV_EVENTS_MAX 32 /* the first ones are kept: the cause comes before its echoes */
+
+/* An agent (hvd-rsh) whose AGENT_WATCH is held (loop thread only). */
+typedef struct drv_agent {
+    hvd_driver *d;
+    hvd_call *call;
+    char host_hash[HVD_HOST_HASH_MAX];
+    uint32_t pid;
+    bool reported; /* its AGENT_REPORT came */
+    struct drv_agent *prev, *next;
+} drv_agent;
+
 /* A held WAIT_SHUTDOWN call (loop thread only). */
 typedef struct drv_held {
     hvd_driver *d;
@@ -138,14 +167,31 @@ struct hvd_driver {
     atomic_size_t nheld; /* how many are held (any thread may read it) */
     atomic_size_t nlost; /* registered tasks whose watch broke, not renewed (any thread) */
     int net_timeout_ms;  /* fixed at start */
-    uint64_t lost_seen;  /* losses so far (under mu): drv_task.lost_seq */
+
+    drv_agent *agents;                /* loop thread */
+    drv_event events[DRV_EVENTS_MAX]; /* under mu */
+    size_t nevents;
 };
+
+/* Registers the AGENT_WATCH, AGENT_REPORT and TASK_EVENT handlers (failure.c). Returns 0, or
+ * -1. */
+int drv_install_agent_handlers(hvd_driver *d);
+
+/* The task service lost first, in a sentence naming it and its host's other lost tasks, with
+ * *seq when it was lost (d->mu held). Returns 1 if its connection timed out (a partition), 0
+ * if it broke, -1 if no task is lost (buf untouched). */
+int drv_lost_text(hvd_driver *d, char *buf, size_t cap, uint64_t *seq);
 
 /* How many WAIT_SHUTDOWN calls are held now (any thread; for tests and diagnostics). */
 size_t drv_held_count(hvd_driver *d);
 
 /* Registers the request handlers (handlers.c). Returns 0, or -1. */
 int drv_install_handlers(hvd_driver *d);
+
+/* Marks a registered task lost (d->mu held), unless the driver is shutting tasks down or it
+ * is lost already: err is the errno that broke its watch (0: none), why what it said when it
+ * ended early (NULL: nothing). */
+void drv_mark_lost(hvd_driver *d, drv_task *t, int err, const char *why);
 
 /* Answers every held WAIT_SHUTDOWN call (loop thread). */
 void drv_answer_held(hvd_driver *d);

@@ -279,6 +279,7 @@ static void on_report_result(hvd_call *call, const msgpack_object *body, void *u
     } else {
         pthread_mutex_lock(&d->mu);
         drv_reg_put_result(&d->reg, &m);
+        pthread_cond_broadcast(&d->cv); /* hvd_driver_wait_results */
         pthread_mutex_unlock(&d->mu);
         hvd_call_reply(call, &hvd_ack_desc, NULL);
     }
@@ -307,15 +308,19 @@ static void on_held_cancel(void *arg) {
     pthread_mutex_lock(&d->mu);
     drv_task *t = &d->reg.tasks[h->index];
     t->watches--;
-    if (!d->tasks_shutdown && t->registered && t->watches == 0 && !t->lost) {
-        t->lost = true;
-        t->lost_err = hvd_call_close_error(h->call);
-        t->lost_seq = ++d->lost_seen;
-        atomic_fetch_add(&d->nlost, 1);
-    }
+    if (t->watches == 0 && !t->done) drv_mark_lost(d, t, hvd_call_close_error(h->call), NULL);
     pthread_mutex_unlock(&d->mu);
     held_unlink(d, h);
     free(h);
+}
+
+void drv_mark_lost(hvd_driver *d, drv_task *t, int err, const char *why) {
+    if (d->tasks_shutdown || !t->registered || t->lost) return;
+    t->lost = true;
+    t->lost_err = err;
+    snprintf(t->lost_why, sizeof t->lost_why, "%s", why ? why : "");
+    t->lost_seq = ++d->reg.seq;
+    atomic_fetch_add(&d->nlost, 1);
 }
 
 void drv_answer_held(hvd_driver *d) {
@@ -387,5 +392,5 @@ int drv_install_handlers(hvd_driver *d) {
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (hvd_server_handle(d->srv, table[i].type, table[i].fn, d) != 0) return -1;
-    return 0;
+    return drv_install_agent_handlers(d);
 }

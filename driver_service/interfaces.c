@@ -115,7 +115,9 @@ static int notify_all(hvd_driver *d, const hvd_peers_msg *peers, int64_t deadlin
                 append(msg, sizeof msg, "; and %u more", failed - named);
                 break;
             }
-            append(msg, sizeof msg, "%stask %u: %s", named ? "; " : "", i, j.errors[i]);
+            const hvd_task_info *ti = &((const hvd_task_info *)peers->tasks.v)[i];
+            append(msg, sizeof msg, "%stask %u (host %s): %s", named ? "; " : "", ti->index,
+                   ti->host_hash, j.errors[i]);
             named++;
         }
         hvd_err_set(err, HVD_E_IO, "%s", msg);

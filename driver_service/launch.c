@@ -258,6 +258,8 @@ int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outco
         goto out;
     }
     rc = run_mpirun(d, argv, cfg, out, err);
+    /* Ranks stopped as the job ended may still be reporting so (hvd-exec's stop watcher). */
+    if (rc == 0 && out->status != 0) hvd_driver_wait_results(d, HVD_LATE_RESULTS_MS);
 out:
     hvd_strv_free(ifaces);
     hvd_launch_free_argv(argv);

@@ -128,12 +128,19 @@ void ssh_tasks_stop(ssh_tasks *st, int grace_ms);
 
 /* ---- launcher_report.c ---- */
 
+/* How the job's mpirun ended, for the report: its outcome (NULL with serve, where mpirun is
+ * not ours) and why the job was stopped ("" if it was not: an interrupt, a lost task service,
+ * --timeout). */
+typedef struct job_end_info {
+    const hvd_launch_outcome *mpirun;
+    const char *stopped;
+} job_end_info;
+
 /* Prints the summary table and writes the JSON file if asked. Returns the process exit
- * status: 0 if mpirun and every rank succeeded, else non-zero with a last line naming what
- * failed first: the rank that failed on its own (hvd_first_failed_rank), else `stopped` (why
- * the job was stopped: a lost task service, an interrupt; "" if it was not), else the ranks
- * that reported nothing. */
-int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool timed_out,
-                   const char *stopped);
+ * status: 0 if mpirun and every rank succeeded, else non-zero with a last line naming the part
+ * of the job that failed first: why it was stopped; else mpirun killed from outside; else the
+ * first failure the driver saw (hvd_driver_failure: a rank, a task service, an agent, orted);
+ * else what is left to say (every rank stopped, none reported). */
+int report_results(hvd_driver *d, const launch_opts *o, const job_end_info *end);
 
 #endif

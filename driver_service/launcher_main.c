@@ -183,7 +183,8 @@ static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, con
     watch_ignore_lost();
     char why[512];
     watch_stop_reason(why, sizeof why);
-    rc = report_results(d, o, 0, false, why);
+    job_end_info end = {.mpirun = NULL, .stopped = why};
+    rc = report_results(d, o, &end);
 out:
     hvd_strv_free(ifaces);
     free(hosts);
@@ -216,7 +217,10 @@ static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
     char why[512];
     watch_stop_reason(why, sizeof why);
     if (why[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", why);
-    return report_results(d, o, out.status, out.timed_out, why);
+    if (!why[0] && out.timed_out)
+        snprintf(why, sizeof why, "the job ran past --timeout %d s", o->timeout_s);
+    job_end_info end = {.mpirun = &out, .stopped = why};
+    return report_results(d, o, &end);
 }
 
 /* ---- the job ------------------------------------------------------------------------------ */

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include "common/sig.h"
 #include "launcher.h"
 
 /* One rank as a JSON object. The result bytes go as hex, always, so nothing is lost, and as
@@ -16,10 +17,10 @@ static json_t *rank_json(const hvd_rank_result *r) {
         snprintf(hex + 2 * i, 3, "%02x", r->data[i]);
     hex[r->len * 2] = '\0';
     json_t *task = r->index == UINT32_MAX ? json_null() : json_integer(r->index);
-    json_t *o =
-        json_pack("{s:i, s:o, s:s, s:b, s:i, s:I, s:s, s:s?}", "rank", r->rank, "task", task,
-                  "host_hash", r->host_hash ? r->host_hash : "", "reported", r->present, "status",
-                  r->status, "order", (json_int_t)r->order, "result_hex", hex, "error", r->error);
+    json_t *o = json_pack("{s:i, s:o, s:s, s:b, s:i, s:b, s:I, s:s, s:s?}", "rank", r->rank, "task",
+                          task, "host_hash", r->host_hash ? r->host_hash : "", "reported",
+                          r->present, "status", r->status, "stopped", r->stopped, "order",
+                          (json_int_t)r->order, "result_hex", hex, "error", r->error);
     free(hex);
     json_t *text = json_stringn((const char *)r->data, r->len); /* NULL: not UTF-8 */
     if (o && text) json_object_set_new(o, "result_text", text);
@@ -27,11 +28,12 @@ static json_t *rank_json(const hvd_rank_result *r) {
 }
 
 static int write_json(const char *path, const hvd_rank_result *r, size_t n, int mpirun_status,
-                      int first_failed) {
+                      int first_failed, const char *failure) {
     json_t *ranks = json_array();
     json_t *doc =
-        json_pack("{s:i, s:o, s:o}", "mpirun_status", mpirun_status, "first_failed_rank",
-                  first_failed >= 0 ? json_integer(first_failed) : json_null(), "ranks", ranks);
+        json_pack("{s:i, s:o, s:s?, s:o}", "mpirun_status", mpirun_status, "first_failed_rank",
+                  first_failed >= 0 ? json_integer(first_failed) : json_null(), "failure", failure,
+                  "ranks", ranks);
     for (size_t i = 0; doc && i < n; i++)
         if (json_array_append_new(ranks, rank_json(&r[i])) != 0) {
             json_decref(doc);
@@ -96,59 +98,101 @@ static size_t missing_ranks(const hvd_rank_result *r, size_t n, char *out, size_
     return nmissing;
 }
 
-/* The last line when a rank failed: the rank that failed first on its own (its own status, or
- * a signal if no rank exited by itself); a stop of the whole job (a lost task service, an
- * interrupt) is named before a rank merely killed by it. Returns the exit status. */
-static int blame(const hvd_rank_result *r, size_t n, int bad, const char *stopped) {
-    const hvd_rank_result *b = &r[bad];
-    bool own = b->present && b->status > 0 && b->status < 128;
-    if (own || (b->present && !stopped[0])) {
-        fprintf(stderr, "hvd-driver: job failed: rank %d (task %u on %s) %s %d%s%s\n", b->rank,
-                b->index, b->host_hash ? b->host_hash : "?",
-                own ? "exited with status" : "was stopped with status", b->status,
-                b->error ? ": " : "", b->error ? b->error : "");
-        return own ? b->status : 1;
-    }
-    char missing[256];
-    size_t nmissing = missing_ranks(r, n, missing, sizeof missing);
-    if (stopped[0])
-        fprintf(stderr, "hvd-driver: job failed: %s (%zu rank%s reported no result%s%s)\n", stopped,
-                nmissing, nmissing == 1 ? "" : "s", nmissing ? ": " : "", missing);
+/* " (3 ranks reported no result: 1,2,3)", or "" when every rank reported. */
+static void missing_note(const hvd_rank_result *r, size_t n, char *out, size_t cap) {
+    char missing[160]; /* 16 ranks and ",..." */
+    size_t k = missing_ranks(r, n, missing, sizeof missing);
+    if (k == 0)
+        out[0] = '\0';
     else
-        /* Nothing named the cause: it is in the lines of hvd-rsh, hvd-task or mpirun above. */
-        fprintf(stderr,
-                "hvd-driver: job failed: %zu rank%s (%s) reported no result (see the messages "
-                "above for the cause)\n",
-                nmissing, nmissing == 1 ? "" : "s", missing);
-    return 1;
+        snprintf(out, cap, " (%zu rank%s reported no result: %s)", k, k == 1 ? "" : "s", missing);
 }
 
-int report_results(hvd_driver *d, const launch_opts *o, int mpirun_status, bool timed_out,
-                   const char *stopped) {
+/* mpirun died of a signal nobody here sent: someone killed it. */
+static bool mpirun_killed(const job_end_info *end) {
+    const hvd_launch_outcome *m = end->mpirun;
+    return m && m->signal > 0 && !m->stopped && !m->timed_out;
+}
+
+static int mpirun_status(const job_end_info *end) {
+    return end->mpirun ? end->mpirun->status : 0;
+}
+
+/* How many ranks were stopped by the job ending (orted's signal), and the first of them. */
+static size_t stopped_ranks(const hvd_rank_result *r, size_t n, int *first) {
+    size_t k = 0;
+    *first = -1;
+    for (size_t i = 0; i < n; i++)
+        if (r[i].present && r[i].stopped && k++ == 0) *first = r[i].rank;
+    return k;
+}
+
+/* The last line: what failed first, into why (cap bytes). Returns the exit status. In order:
+ * an interrupt (whatever broke after it is its doing); mpirun killed from outside; the first
+ * failure the driver saw; why the job was stopped (--timeout, a task lost); what is left. */
+static int blame(hvd_driver *d, const hvd_rank_result *r, size_t n, const job_end_info *end,
+                 char *why, size_t cap) {
+    int status = mpirun_status(end);
+    int fallback = status > 0 && status < 256 ? status : 1;
+    char note[300];
+    missing_note(r, n, note, sizeof note);
+    if (end->stopped[0] && hvd_signals_first()) {
+        snprintf(why, cap, "%s%s", end->stopped, note);
+        return 1;
+    }
+    if (mpirun_killed(end)) {
+        char sig[64];
+        snprintf(sig, sizeof sig, "%d (%s)", end->mpirun->signal, strsignal(end->mpirun->signal));
+        snprintf(why, cap, "mpirun was killed by signal %s, not by hvd-driver: who killed it?%s",
+                 sig, note);
+        return status;
+    }
+    hvd_failure_kind kind = hvd_driver_failure(d, r, n, why, cap);
+    if (kind == HVD_FAILURE_RANK) {
+        int bad = hvd_first_failed_rank(r, n);
+        return r[bad].status > 0 && r[bad].status < 256 ? r[bad].status : 1;
+    }
+    if (kind != HVD_FAILURE_NONE) return fallback;
+    size_t nstopped;
+    int first;
+    if (end->stopped[0])
+        snprintf(why, cap, "%s%s", end->stopped, note);
+    else if ((nstopped = stopped_ranks(r, n, &first)) > 0)
+        snprintf(why, cap,
+                 "%zu rank%s (rank %d first) %s stopped by orted before finishing, and no part of "
+                 "the job failed on its own: mpirun exited with status %d (was mpirun stopped "
+                 "from outside?)%s",
+                 nstopped, nstopped == 1 ? "" : "s", first, nstopped == 1 ? "was" : "were", status,
+                 note);
+    else if (missing_ranks(r, n, note, sizeof note) == n)
+        snprintf(why, cap,
+                 "no rank reported a result: mpirun exited with status %d before the ranks ran "
+                 "(see mpirun's messages above)",
+                 status);
+    else
+        snprintf(why, cap, "every rank succeeded but mpirun exited with status %d", status);
+    return end->stopped[0] ? 1 : fallback;
+}
+
+int report_results(hvd_driver *d, const launch_opts *o, const job_end_info *end) {
     hvd_rank_result *r = NULL;
     size_t n = 0;
     hvd_err err;
+    int status = mpirun_status(end);
     if (hvd_driver_results(d, &r, &n, &err) != 0) {
         fprintf(stderr, "hvd-driver: cannot collect the results: %s\n", err.msg);
-        return mpirun_status ? mpirun_status : 1;
+        return status ? status : 1;
     }
     if (!o->quiet) print_table(r, n);
-    int bad = hvd_first_failed_rank(r, n);
-    if (o->results_json && write_json(o->results_json, r, n, mpirun_status, bad) != 0)
+    bool ok = status == 0 && !end->stopped[0];
+    for (size_t i = 0; i < n; i++)
+        ok &= r[i].present && r[i].status == 0;
+    char why[1024] = "";
+    int rc = ok ? 0 : blame(d, r, n, end, why, sizeof why);
+    if (!ok) fprintf(stderr, "hvd-driver: job failed: %s\n", why);
+    if (o->results_json && write_json(o->results_json, r, n, status, hvd_first_failed_rank(r, n),
+                                      ok ? NULL : why) != 0)
         fprintf(stderr, "hvd-driver: cannot write %s\n", o->results_json);
-    char why[600];
-    snprintf(why, sizeof why, "%s%s", stopped ? stopped : "",
-             timed_out && !(stopped && stopped[0]) ? "the job ran past --timeout" : "");
-    int rc = 0;
-    if (bad >= 0) {
-        rc = blame(r, n, bad, why);
-        if (rc == 1 && mpirun_status > 0 && mpirun_status < 256 && !r[bad].present)
-            rc = mpirun_status;
-    } else if (mpirun_status != 0) {
-        fprintf(stderr, "hvd-driver: every rank succeeded but mpirun exited with status %d\n",
-                mpirun_status);
-        rc = mpirun_status;
-    }
     hvd_driver_results_free(r, n);
     return rc;
 }

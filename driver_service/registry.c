@@ -185,6 +185,7 @@ int drv_reg_put(drv_registry *r, hvd_task_info *info, const char *peer, drv_put_
     memset(info, 0, sizeof *info);
     snprintf(t->peer, sizeof t->peer, "%s", peer ? peer : "");
     t->registered = true;
+    t->done = false;
     return 0;
 }
 
@@ -266,8 +267,10 @@ int drv_reg_put_reach(drv_registry *r, const hvd_reachable_msg *m) {
 
 void drv_reg_put_result(drv_registry *r, hvd_result_msg *m) {
     hvd_result_msg *slot = &r->results[m->rank];
-    if (!r->result_order[m->rank])
-        r->result_order[m->rank] = ++r->results_seen; /* a retry keeps it */
+    if (!r->result_order[m->rank]) {
+        r->result_order[m->rank] = ++r->seq; /* a retry keeps it */
+        r->nresults++;
+    }
     hvd_msg_free(&hvd_result_desc, slot);
     *slot = *m;
     slot->present = true;

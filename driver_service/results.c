@@ -33,6 +33,7 @@ int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err 
         o->present = true;
         o->order = r->result_order[rank];
         o->status = m->status;
+        o->stopped = m->stopped;
         o->error = dup_or_null(m->error, &oom);
         if (m->result.len > 0) {
             o->data = malloc(m->result.len);
@@ -54,17 +55,21 @@ int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err 
     return 0;
 }
 
-/* How a rank failed, for hvd_first_failed_rank: lower tiers were the cause more likely. */
-static int failure_tier(const hvd_rank_result *r) {
-    if (!r->present) return 2;
-    if (r->status == 0) return -1;
+/* How a rank failed, for hvd_first_failed_rank: lower tiers were the cause more likely; -1:
+ * not a failure of its own. */
+static int failure_tier(const hvd_rank_result *r, bool any_reported) {
+    if (!r->present) return any_reported ? 2 : -1;
+    if (r->status == 0 || r->stopped) return -1;
     return r->status > 0 && r->status < 128 ? 0 : 1;
 }
 
 int hvd_first_failed_rank(const hvd_rank_result *r, size_t n) {
+    bool any_reported = false;
+    for (size_t i = 0; i < n; i++)
+        any_reported |= r[i].present;
     int best = -1, best_tier = 3;
     for (size_t i = 0; i < n; i++) {
-        int t = failure_tier(&r[i]);
+        int t = failure_tier(&r[i], any_reported);
         if (t < 0) continue;
         if (t < best_tier || (t == best_tier && t < 2 && r[i].order < r[best].order)) {
             best = (int)i;
@@ -72,6 +77,24 @@ int hvd_first_failed_rank(const hvd_rank_result *r, size_t n) {
         }
     }
     return best;
+}
+
+/* Ranks that started (SET_LOCAL_RANK) and have not reported (d->mu held). */
+static uint32_t started_unreported(const hvd_driver *d) {
+    uint32_t k = 0;
+    for (uint32_t rank = 0; rank < d->reg.n; rank++)
+        k += d->reg.rank_index[rank] >= 0 && !d->reg.results[rank].present;
+    return k;
+}
+
+bool hvd_driver_wait_results(hvd_driver *d, int timeout_ms) {
+    int64_t deadline = hvd_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    pthread_mutex_lock(&d->mu);
+    while (started_unreported(d) > 0 && drv_cond_wait(d, deadline)) {
+    }
+    bool all = d->reg.nresults >= d->num_tasks;
+    pthread_mutex_unlock(&d->mu);
+    return all;
 }
 
 void hvd_driver_results_free(hvd_rank_result *r, size_t n) {

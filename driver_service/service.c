@@ -208,51 +208,14 @@ size_t hvd_driver_lost_tasks(hvd_driver *d) {
     return atomic_load(&d->nlost);
 }
 
-/* The lost task that was lost first, and the lost tasks of its host (d->mu held). */
-static const drv_task *first_lost(hvd_driver *d, uint32_t *idx, size_t cap, size_t *n) {
-    const drv_task *first = NULL;
-    for (uint32_t i = 0; i < d->reg.n; i++) {
-        const drv_task *t = &d->reg.tasks[i];
-        if (t->lost && (!first || t->lost_seq < first->lost_seq)) first = t;
-    }
-    *n = 0;
-    for (uint32_t i = 0; first && i < d->reg.n && *n < cap; i++) {
-        const drv_task *t = &d->reg.tasks[i];
-        if (t->lost && strcmp(t->info.host_hash, first->info.host_hash) == 0) idx[(*n)++] = i;
-    }
-    return first;
-}
-
 int hvd_driver_lost_reason(hvd_driver *d, char *buf, size_t cap) {
     if (cap == 0) return 0;
     buf[0] = '\0';
+    uint64_t seq;
     pthread_mutex_lock(&d->mu);
-    uint32_t idx[64];
-    size_t n;
-    const drv_task *t = first_lost(d, idx, sizeof idx / sizeof idx[0], &n);
-    if (!t) {
-        pthread_mutex_unlock(&d->mu);
-        return 0;
-    }
-    char who[HVD_HOST_MAX + HVD_HOST_HASH_MAX + 128], list[96];
-    drv_format_ranges(idx, n, list, sizeof list);
-    if (n == 1)
-        snprintf(who, sizeof who, "task %u (host %s at %s)", idx[0], t->info.host_hash, t->peer);
-    else
-        snprintf(who, sizeof who, "host %s (tasks %s at %s)", t->info.host_hash, list, t->peer);
-    int timed_out = t->lost_err == ETIMEDOUT;
-    if (timed_out)
-        snprintf(buf, cap,
-                 "lost contact with %s: its connection to the driver timed out (nothing heard "
-                 "for about %d s: a network partition, or the host hangs)",
-                 who, (d->net_timeout_ms + 999) / 1000);
-    else
-        snprintf(buf, cap,
-                 "%s went away while the job ran (its connection to the driver broke%s%s: did "
-                 "the executor die?)",
-                 who, t->lost_err ? ": " : "", t->lost_err ? strerror(t->lost_err) : "");
+    int timed_out = drv_lost_text(d, buf, cap, &seq);
     pthread_mutex_unlock(&d->mu);
-    return timed_out;
+    return timed_out > 0;
 }
 
 size_t drv_held_count(hvd_driver *d) {

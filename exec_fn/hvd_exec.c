@@ -10,7 +10,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,7 +162,9 @@ static char **program_env(const rank_info *ri, bool io) {
 /* What a running program sends back: its stderr's tail, and an ARGV_IO program's result. */
 typedef struct program_out {
     tail t;
-    int result_fd; /* read end of the result pipe, or -1 */
+    int stop_signal;   /* a signal to us that aborted the program, or 0 */
+    pid_t stop_sender; /* ... and who sent it */
+    int result_fd;     /* read end of the result pipe, or -1 */
     hvd_buf result;
     bool too_big; /* the result passed RESULT_MAX: the rest was dropped */
 } program_out;
@@ -194,7 +198,15 @@ static void pump_program(hvd_proc *p, int sig_fd, program_out *o) {
                                {.fd = rfd, .events = POLLIN},
                                {.fd = sig_fd, .events = POLLIN}};
         if (poll(pf, 3, -1) < 0) continue;
-        if (pf[2].revents && hvd_signals_next(sig_fd)) hvd_proc_abort(p);
+        int sig;
+        pid_t from = 0;
+        if (pf[2].revents && (sig = hvd_signals_next_from(sig_fd, &from)) != 0) {
+            if (!o->stop_signal) {
+                o->stop_signal = sig;
+                o->stop_sender = from;
+            }
+            hvd_proc_abort(p);
+        }
         if (pf[0].revents && !drain_fd(efd, o, true)) efd = -1;
         if (pf[1].revents && !drain_fd(rfd, o, false)) rfd = -1;
     }
@@ -216,6 +228,59 @@ static int open_io(const hvd_bytes *payload, int fds[2], int *result_r, char *er
     return 0;
 }
 
+/* "SIGTERM"-style name of the signals hvd-exec takes (hvd_signals_install). */
+static const char *signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "?";
+}
+
+/* The parent of pid, from /proc; 0 if unknown. */
+static pid_t parent_of(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold anything; the fields follow it */
+    int ppid = 0;
+    if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1) return 0;
+    return ppid;
+}
+
+/* Whether pid is one of the processes that end ranks when the job ends: orted (our parent) and,
+ * up to the task service that runs it ($HVD_TASK_PID), what lies between (the process
+ * runner's keeper). Not what is above the task service (an executor, a test harness). */
+static bool is_job_ancestor(pid_t pid) {
+    pid_t p = getppid();
+    if (p == pid) return true;
+    int task = 0;
+    if (env_int(HVD_TASK_PID_ENV, NULL, &task) != 0 || task <= 1) return false;
+    for (int depth = 0; depth < 8 && p > 1; depth++) {
+        p = parent_of(p);
+        if (p == pid) return true;
+        if (p == task) return false;
+    }
+    return false;
+}
+
+/* A signal from orted or the task service above it (our ancestors) is the job ending: the rank
+ * is stopped, it did not fail. One from anyone else killed the rank: that is its own failure.
+ * Says which in error; returns true for a stop. */
+static bool stop_or_kill(int sig, pid_t sender, char *error, size_t cap) {
+    bool stop = sender > 0 && is_job_ancestor(sender);
+    if (stop)
+        snprintf(error, cap,
+                 "stopped by %s from %s before the entry point finished (the job was ending)",
+                 signal_name(sig), sender == getppid() ? "orted" : "its task service");
+    else if (sender > 0)
+        snprintf(error, cap, "killed by %s from process %d (not mpirun's orted)", signal_name(sig),
+                 (int)sender);
+    else
+        snprintf(error, cap, "killed by %s", signal_name(sig));
+    return stop;
+}
+
 /* The error text of a program that failed: how it ended and its last line on stderr. */
 static void program_error(const char *prog, int status, const tail *t, char *error, size_t cap) {
     char last[512];
@@ -232,7 +297,7 @@ static void program_error(const char *prog, int status, const tail *t, char *err
  * status, its result bytes (ARGV_IO) and error text when it failed, or -1 if it could not be
  * started. */
 static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd, int *status,
-                       hvd_entry_result *res) {
+                       bool *stopped, hvd_entry_result *res) {
     bool io = code->kind == HVD_CODE_ARGV_IO;
     program_out o = {.result_fd = -1};
     int fds[2] = {-1, -1};
@@ -260,7 +325,10 @@ static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd
     while (hvd_proc_wait(p, -1, status) > 0) {
     }
     hvd_proc_free(p);
-    if (*status != 0) program_error(code->argv.v[0], *status, &o.t, res->error, sizeof res->error);
+    if (o.stop_signal && *status != 0)
+        *stopped = stop_or_kill(o.stop_signal, o.stop_sender, res->error, sizeof res->error);
+    else if (*status != 0)
+        program_error(code->argv.v[0], *status, &o.t, res->error, sizeof res->error);
     if (o.too_big && *status == 0) {
         *status = 1;
         snprintf(res->error, sizeof res->error, "the result is larger than %d bytes", RESULT_MAX);
@@ -335,14 +403,27 @@ static int run_object(const rank_info *ri, const hvd_code_msg *code, int *status
 
 /* ---- Reporting ----------------------------------------------------------------------------- */
 
-static void report(const rank_info *ri, int status, const uint8_t *data, size_t len,
+/* Stores the result in the rank's task service too (REGISTER_RESULT). */
+static void register_with_task(const rank_info *ri, hvd_client *driver, const hvd_secret *secret,
+                               const hvd_result_msg *r) {
+    hvd_err err;
+    hvd_client *task = hvd_task_connect(driver, secret, ri->index, &err);
+    if (!task || hvd_client_call(task, &hvd_register_result_desc, r, &hvd_ack_desc, NULL, 0,
+                                 HVD_CALL_RETRY, &err) != 0)
+        fprintf(stderr, "hvd-exec: rank %d: task %u did not take the result: %s\n", ri->rank,
+                ri->index, err.msg);
+    hvd_client_close(task);
+}
+
+static void report(const rank_info *ri, int status, bool stopped, const uint8_t *data, size_t len,
                    const char *error) {
     hvd_result_msg r = {.rank = ri->rank,
                         .index = ri->index,
                         .present = true,
                         .status = status,
                         .result = {(uint8_t *)data, len},
-                        .error = error && *error ? (char *)error : NULL};
+                        .error = error && *error ? (char *)error : NULL,
+                        .stopped = stopped};
     hvd_err err;
     hvd_secret secret;
     hvd_client *driver = hvd_driver_connect_env(&secret, &err);
@@ -355,14 +436,74 @@ static void report(const rank_info *ri, int status, const uint8_t *data, size_t 
                         &err) != 0)
         fprintf(stderr, "hvd-exec: rank %d: the driver did not take the result: %s\n", ri->rank,
                 err.msg);
-    hvd_client *task = hvd_task_connect(driver, &secret, ri->index, &err);
-    if (!task || hvd_client_call(task, &hvd_register_result_desc, &r, &hvd_ack_desc, NULL, 0,
-                                 HVD_CALL_RETRY, &err) != 0)
-        fprintf(stderr, "hvd-exec: rank %d: task %u did not take the result: %s\n", ri->rank,
-                ri->index, err.msg);
-    hvd_client_close(task);
+    /* A rank stopped as the job ends has a second at most before orted's SIGKILL: the driver
+     * must hear it; its task, which keeps results for later readers, need not. */
+    if (!stopped) register_with_task(ri, driver, &secret, &r);
     hvd_client_close(driver);
     hvd_secret_wipe(&secret);
+}
+
+/* ---- A shared object stopped from outside -------------------------------------------------- */
+
+/* A shared object runs on the main thread and cannot be interrupted: a signal (orted's
+ * SIGTERM when mpirun ends the job, or anyone else's) is watched by this thread, which reports
+ * how the rank ended (stopped by orted, or killed by someone else: stop_or_kill) and ends the
+ * process, so that the driver learns whether this rank failed on its own.
+ * Whoever claims the report first (the watcher, or the main thread once the entry point
+ * returned) sends it; the other stands back. */
+#define STOP_REPORT_MAX_S 2 /* a stopped rank's report, then SIGALRM ends it */
+
+typedef struct stop_watch {
+    const rank_info *ri;
+    int sig_fd;
+    int quit[2]; /* main -> watcher: the entry point returned */
+    atomic_bool claimed;
+    pthread_t thread;
+    bool running;
+} stop_watch;
+
+static void *stop_watch_main(void *arg) {
+    stop_watch *w = arg;
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = w->sig_fd, .events = POLLIN},
+                               {.fd = w->quit[0], .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0) continue;
+        if (pf[1].revents) return NULL;
+        pid_t from = 0;
+        int sig = hvd_signals_next_from(w->sig_fd, &from);
+        if (!sig || atomic_exchange(&w->claimed, true)) continue;
+        char error[HVD_ENTRY_ERROR_MAX];
+        bool stop = stop_or_kill(sig, from, error, sizeof error);
+        /* orted may exit right after its SIGTERM, and its death would SIGKILL us before the
+         * driver hears how we ended: outlive it for the report, two seconds at most. */
+        prctl(PR_SET_PDEATHSIG, 0);
+        alarm(STOP_REPORT_MAX_S);
+        fprintf(stderr, "hvd-exec: rank %d: %s\n", w->ri->rank, error);
+        report(w->ri, 128 + sig, stop, NULL, 0, error);
+        _exit(128 + sig);
+    }
+}
+
+static void stop_watch_start(stop_watch *w, const rank_info *ri, int sig_fd) {
+    *w = (stop_watch){.ri = ri, .sig_fd = sig_fd, .quit = {-1, -1}};
+    atomic_init(&w->claimed, false);
+    if (sig_fd < 0 || pipe2(w->quit, O_CLOEXEC) != 0) return;
+    w->running = pthread_create(&w->thread, NULL, stop_watch_main, w) == 0;
+}
+
+/* The entry point returned: ends the watcher, unless it already took a signal, in which case
+ * it reports and ends the process while this thread waits. */
+static void stop_watch_end(stop_watch *w) {
+    if (w->running && atomic_exchange(&w->claimed, true)) {
+        for (;;)
+            pause();
+    }
+    if (w->running) {
+        (void)!write(w->quit[1], "q", 1);
+        pthread_join(w->thread, NULL);
+    }
+    hvd_close_fd(&w->quit[0]);
+    hvd_close_fd(&w->quit[1]);
 }
 
 /* ---- The rank's life --------------------------------------------------------------------- */
@@ -409,14 +550,19 @@ static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     return rc == 0 ? 0 : fail("%s", err.msg);
 }
 
-/* Runs the entry point. Returns its status, with result bytes and error text in res. */
-static int run_entry(const rank_info *ri, const hvd_code_msg *code, int sig_fd,
+/* Runs the entry point. Returns its status, with result bytes and error text in res, and
+ * whether a signal to this rank stopped it. */
+static int run_entry(const rank_info *ri, const hvd_code_msg *code, int sig_fd, bool *stopped,
                      hvd_entry_result *res) {
     int status = 1;
+    *stopped = false;
     if ((code->kind == HVD_CODE_ARGV || code->kind == HVD_CODE_ARGV_IO) && code->argv.n > 0) {
-        if (run_program(ri, code, sig_fd, &status, res) != 0) status = 127;
+        if (run_program(ri, code, sig_fd, &status, stopped, res) != 0) status = 127;
     } else if (code->kind == HVD_CODE_SHARED_OBJECT && code->symbol) {
+        stop_watch w;
+        stop_watch_start(&w, ri, sig_fd);
         if (run_object(ri, code, &status, res) != 0) status = 127;
+        stop_watch_end(&w);
     } else {
         snprintf(res->error, sizeof res->error, "the driver sent an empty entry point (kind %u)",
                  code->kind);
@@ -454,9 +600,10 @@ int main(int argc, char **argv) {
     /* orted aborts ranks with SIGTERM: passed on to a program entry point. */
     int sig_fd = hvd_signals_install(NULL);
     hvd_entry_result res = {.data = NULL};
-    int status = run_entry(&ri, &code, sig_fd, &res);
+    bool stopped;
+    int status = run_entry(&ri, &code, sig_fd, &stopped, &res);
     if (status != 0) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
-    report(&ri, status, res.data, res.len, res.error);
+    report(&ri, status, stopped, res.data, res.len, res.error);
     free(res.data);
     hvd_msg_free(&hvd_code_desc, &code);
     hvd_msg_free(&hvd_task_info_desc, &ri.task);

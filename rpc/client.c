@@ -116,6 +116,7 @@ typedef struct probe {
     int fd;
     size_t idx; /* into c->addrs */
     probe_state state;
+    int64_t connected_ms; /* when the TCP connect completed (the service's handshake clock) */
     uint8_t nc[HVD_NONCE_LEN];
     hvd_buf in;
     hvd_seal rx, tx;
@@ -149,12 +150,20 @@ static int probe_recv(probe *p) {
         return 0;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
-    if (p->state == PR_CONFIRM)
+    int64_t into = hvd_now_ms() - p->connected_ms;
+    if (p->state == PR_CONFIRM && into >= HVD_HANDSHAKE_TIMEOUT_DEFAULT_MS - 500) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "the service closed the connection %lld ms into the handshake, past its time "
+                 "limit: is the machine overloaded?",
+                 (long long)into);
+        probe_fail(p, HVD_E_TIMEOUT, why);
+    } else if (p->state == PR_CONFIRM) {
         probe_fail(
             p, HVD_E_AUTH,
             "the service rejected our proof of the job secret: is the secret (" HVD_SECRET_ENV
             ") the same on both sides?");
-    else
+    } else
         probe_fail(p, HVD_E_IO, n == 0 ? "closed during the handshake" : strerror(errno));
     return -1;
 }
@@ -176,6 +185,7 @@ static void probe_step(hvd_client *c, probe *p) {
             return;
         }
         hvd_hs_hello(p->nc, hello);
+        p->connected_ms = hvd_now_ms();
         if (probe_send(p, hello, sizeof hello) == 0) p->state = PR_CHALLENGE;
         return;
     }

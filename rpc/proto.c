@@ -84,6 +84,7 @@ static const hvd_field result_fields[] = {
     HVD_FIELD(hvd_result_msg, rank, HVD_F_I32),     HVD_FIELD(hvd_result_msg, index, HVD_F_U32),
     HVD_FIELD(hvd_result_msg, present, HVD_F_BOOL), HVD_FIELD(hvd_result_msg, status, HVD_F_I32),
     HVD_FIELD(hvd_result_msg, result, HVD_F_BIN),   HVD_FIELD(hvd_result_msg, error, HVD_F_STR),
+    HVD_FIELD(hvd_result_msg, stopped, HVD_F_BOOL),
 };
 const hvd_msg_desc hvd_report_result_desc =
     HVD_MSG(HVD_MSG_REPORT_RESULT, "report_result", hvd_result_msg, result_fields);
@@ -110,7 +111,8 @@ static const hvd_field run_fields[] = {
 const hvd_msg_desc hvd_run_desc =
     HVD_MSG(HVD_MSG_RUN_COMMAND, "run_command", hvd_run_msg, run_fields);
 
-static const hvd_field exit_fields[] = {HVD_FIELD(hvd_exit_msg, exit_code, HVD_F_I32)};
+static const hvd_field exit_fields[] = {HVD_FIELD(hvd_exit_msg, exit_code, HVD_F_I32),
+                                        HVD_FIELD(hvd_exit_msg, signal, HVD_F_I32)};
 const hvd_msg_desc hvd_exit_desc = HVD_MSG(HVD_MSG_EXIT, "exit", hvd_exit_msg, exit_fields);
 
 static const hvd_field status_fields[] = {
@@ -130,6 +132,34 @@ const hvd_msg_desc hvd_resources_desc = HVD_MSG_EMPTY(HVD_MSG_RESOURCES, "resour
 const hvd_msg_desc hvd_get_result_desc = HVD_MSG_EMPTY(HVD_MSG_GET_RESULT, "get_result");
 const hvd_msg_desc hvd_wait_shutdown_desc =
     HVD_MSG(HVD_MSG_WAIT_SHUTDOWN, "wait_shutdown", hvd_index_msg, index_fields);
+static const hvd_field task_event_fields[] = {
+    HVD_FIELD(hvd_task_event_msg, index, HVD_F_U32),
+    HVD_FIELD(hvd_task_event_msg, kind, HVD_F_U32),
+    HVD_FIELD(hvd_task_event_msg, exit_code, HVD_F_I32),
+    HVD_FIELD(hvd_task_event_msg, signal, HVD_F_I32),
+    HVD_FIELD(hvd_task_event_msg, text, HVD_F_STR),
+};
+const hvd_msg_desc hvd_task_event_desc =
+    HVD_MSG(HVD_MSG_TASK_EVENT, "task_event", hvd_task_event_msg, task_event_fields);
+
+static const hvd_field agent_fields[] = {HVD_FIELD(hvd_agent_msg, host_hash, HVD_F_STR),
+                                         HVD_FIELD(hvd_agent_msg, pid, HVD_F_U32)};
+const hvd_msg_desc hvd_agent_watch_desc =
+    HVD_MSG(HVD_MSG_AGENT_WATCH, "agent_watch", hvd_agent_msg, agent_fields);
+
+static const hvd_field agent_report_fields[] = {
+    HVD_FIELD(hvd_agent_report_msg, host_hash, HVD_F_STR),
+    HVD_FIELD(hvd_agent_report_msg, pid, HVD_F_U32),
+    HVD_FIELD(hvd_agent_report_msg, index, HVD_F_I32),
+    HVD_FIELD(hvd_agent_report_msg, started, HVD_F_BOOL),
+    HVD_FIELD(hvd_agent_report_msg, exit_code, HVD_F_I32),
+    HVD_FIELD(hvd_agent_report_msg, signal, HVD_F_I32),
+    HVD_FIELD(hvd_agent_report_msg, lost, HVD_F_BOOL),
+    HVD_FIELD(hvd_agent_report_msg, stopped, HVD_F_BOOL),
+    HVD_FIELD(hvd_agent_report_msg, error, HVD_F_STR),
+};
+const hvd_msg_desc hvd_agent_report_desc =
+    HVD_MSG(HVD_MSG_AGENT_REPORT, "agent_report", hvd_agent_report_msg, agent_report_fields);
 
 const hvd_msg_desc *const hvd_proto_all[] = {
     &hvd_register_task_desc,
@@ -159,6 +189,9 @@ const hvd_msg_desc *const hvd_proto_all[] = {
     &hvd_resources_desc,
     &hvd_get_result_desc,
     &hvd_wait_shutdown_desc,
+    &hvd_agent_watch_desc,
+    &hvd_agent_report_desc,
+    &hvd_task_event_desc,
 };
 const size_t hvd_proto_count = sizeof hvd_proto_all / sizeof hvd_proto_all[0];
 

@@ -1,8 +1,11 @@
 /* Connecting to the driver and to task services (include/hvd/proto.h). */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
+
+#define DRIVER_CONNECT_TRIES 3 /* probe rounds before giving up on a slow driver */
 
 hvd_client *hvd_driver_connect_env(hvd_secret *secret_out, hvd_err *err) {
     const char *text = getenv(HVD_DRIVER_ADDRS_ENV);
@@ -26,7 +29,14 @@ hvd_client *hvd_driver_connect_env(hvd_secret *secret_out, hvd_err *err) {
     }
     hvd_client_config cc = {
         .service = HVD_DRIVER_SERVICE, .secret = secret, .addrs = addrs, .naddrs = n};
-    hvd_client *c = hvd_client_connect(&cc, err);
+    /* A probe round that ran out of time (an overloaded machine) is tried again; a refusal or a
+     * wrong secret is final. */
+    hvd_client *c = NULL;
+    for (int attempt = 0; attempt < DRIVER_CONNECT_TRIES && !c; attempt++) {
+        if (attempt > 0) usleep(200 * 1000 * (useconds_t)attempt);
+        c = hvd_client_connect(&cc, err);
+        if (!c && err->code != HVD_E_TIMEOUT) break;
+    }
     free(addrs);
     if (c && secret_out) *secret_out = secret;
     hvd_secret_wipe(&secret);

@@ -626,7 +626,8 @@ hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err) {
     s->cfg = *cfg;
     if (!s->cfg.max_frame) s->cfg.max_frame = HVD_DEFAULT_MAX_FRAME;
     if (s->cfg.max_frame > HVD_MAX_FRAME_LIMIT) s->cfg.max_frame = HVD_MAX_FRAME_LIMIT;
-    if (!s->cfg.handshake_timeout_ms) s->cfg.handshake_timeout_ms = 5000;
+    if (!s->cfg.handshake_timeout_ms)
+        s->cfg.handshake_timeout_ms = HVD_HANDSHAKE_TIMEOUT_DEFAULT_MS;
     if (!s->cfg.idle_timeout_ms) s->cfg.idle_timeout_ms = 60000;
     if (!s->cfg.net_timeout_ms) s->cfg.net_timeout_ms = 30000;
     if (!s->cfg.max_conns) s->cfg.max_conns = 16384;

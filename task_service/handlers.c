@@ -163,7 +163,7 @@ static void command_started(hvd_task *t, hvd_call *call, const hvd_run_msg *req)
              strlen(req->command) > 300 ? "..." : "");
     held_activate_subs(t);
     if (req->attach)
-        held_add_sub(t, call, true);
+        held_add_sub(t, call, true, true);
     else
         hvd_call_reply(call, &hvd_ack_desc, NULL);
 }
@@ -202,14 +202,14 @@ static void on_attach(hvd_call *call, const msgpack_object *body, void *user) {
     bool stopping = t->stopping;
     pthread_mutex_unlock(&t->mu);
     if (t->ended) {
-        hvd_exit_msg ex = {.exit_code = t->exit_code};
+        hvd_exit_msg ex = {.exit_code = t->exit_code, .signal = t->exit_signal};
         hvd_call_reply(call, &hvd_exit_desc, &ex);
     } else if (t->refused) {
         hvd_call_fail(call, HVD_E_STATE, "%s was aborted before a command started", t->name);
     } else if (stopping || t->loop_stopping) {
         hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
     } else {
-        held_add_sub(t, call, t->cmd != NULL);
+        held_add_sub(t, call, t->cmd != NULL, false);
         task_log(t, HVD_LOG_DEBUG, "%s attached%s", hvd_call_peer_host(call),
                  t->cmd ? "" : " (waiting for a command)");
     }
@@ -219,7 +219,7 @@ static void on_wait_exit(hvd_call *call, const msgpack_object *body, void *user)
     (void)body;
     hvd_task *t = user;
     if (t->ended) {
-        hvd_exit_msg ex = {.exit_code = t->exit_code};
+        hvd_exit_msg ex = {.exit_code = t->exit_code, .signal = t->exit_signal};
         hvd_call_reply(call, &hvd_exit_desc, &ex);
         return;
     }

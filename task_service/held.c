@@ -11,7 +11,9 @@
 
 #include "common/loop.h"
 #include "common/proc.h"
+#include "hvd/proto.h"
 #include "hvd/rpc.h"
+#include "notes.h"
 #include "pump.h"
 #include "state.h"
 
@@ -19,10 +21,19 @@
 
 static void sub_cancelled(void *arg) {
     task_sub *s = arg;
+    hvd_task *t = s->t;
     s->call = NULL;
     s->armed = false;
-    task_log(s->t, HVD_LOG_DEBUG, "a subscriber went away");
-    pump_call_gone(s->t);
+    task_log(t, HVD_LOG_DEBUG, "a subscriber went away");
+    pthread_mutex_lock(&t->mu);
+    bool asked = t->abort_sent || t->abort_why != ABORT_NONE;
+    pthread_mutex_unlock(&t->mu);
+    /* The agent that started the command died while it ran, and nobody here ended it. */
+    if (s->runner && t->cmd && !t->ended && !asked) {
+        task_log(t, HVD_LOG_WARN, "the agent that started the command (at %s) went away", s->peer);
+        task_note(t, HVD_TASK_EV_AGENT_GONE, 0, 0, s->peer);
+    }
+    pump_call_gone(t);
 }
 
 static void waiter_cancelled(void *arg) {
@@ -31,7 +42,7 @@ static void waiter_cancelled(void *arg) {
     pump_call_gone(w->t);
 }
 
-void held_add_sub(hvd_task *t, hvd_call *call, bool active) {
+void held_add_sub(hvd_task *t, hvd_call *call, bool active, bool runner) {
     task_sub *s = calloc(1, sizeof *s);
     if (!s) {
         hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
@@ -40,6 +51,8 @@ void held_add_sub(hvd_task *t, hvd_call *call, bool active) {
     s->t = t;
     s->call = call;
     s->active = active;
+    s->runner = runner;
+    snprintf(s->peer, sizeof s->peer, "%s", hvd_call_peer_host(call));
     task_sub **pp = &t->subs;
     while (*pp)
         pp = &(*pp)->next;
@@ -88,14 +101,14 @@ void task_loop_quiesce(void *arg) {
     for (task_sub *s = t->subs; s; s = s->next) {
         if (!s->call) continue;
         if (t->ended)
-            pump_reply_exit(&s->call, t->exit_code);
+            pump_reply_exit(t, &s->call);
         else
             fail_held(&s->call, HVD_E_SHUTDOWN, msg);
     }
     for (task_waiter *w = t->waiters; w; w = w->next) {
         if (!w->call) continue;
         if (t->ended)
-            pump_reply_exit(&w->call, t->exit_code);
+            pump_reply_exit(t, &w->call);
         else
             fail_held(&w->call, HVD_E_SHUTDOWN, msg);
     }
@@ -168,8 +181,4 @@ void task_request_abort(hvd_task *t, task_abort why, const char *detail) {
         fn(t);
     else
         hvd_loop_post(hvd_server_loop(t->srv), fn, t);
-}
-
-void hvd_task_abort(hvd_task *t) {
-    if (t) task_request_abort(t, ABORT_USER, "hvd_task_abort was called");
 }

@@ -10,9 +10,10 @@
 #include "hvd/rpc.h"
 #include "state.h"
 
-/* Loop: holds call as a subscriber (active: receives output now). Fails it if out of
- * memory. */
-void held_add_sub(hvd_task *t, hvd_call *call, bool active);
+/* Loop: holds call as a subscriber (active: receives output now; runner: the RUN_COMMAND
+ * that started the command, whose caller going away is worth telling the driver). Fails it if
+ * out of memory. */
+void held_add_sub(hvd_task *t, hvd_call *call, bool active, bool runner);
 /* Loop: the command started: the ATTACH calls held for it receive its output from now on. */
 void held_activate_subs(hvd_task *t);
 /* Loop: holds call until the command's exit code is known. Fails it if out of memory. */

@@ -29,6 +29,7 @@
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 #include "local_out.h"
+#include "notes.h"
 #include "output.h"
 #include "state.h"
 
@@ -230,10 +231,10 @@ void pump_stop(hvd_task *t) {
     t->exit_watch = NULL;
 }
 
-void pump_reply_exit(hvd_call **call, int exit_code) {
+void pump_reply_exit(const hvd_task *t, hvd_call **call) {
     hvd_call *c = *call;
     *call = NULL; /* before replying: a failed send cancels (and frees) the call */
-    hvd_exit_msg ex = {.exit_code = exit_code};
+    hvd_exit_msg ex = {.exit_code = t->exit_code, .signal = t->exit_signal};
     hvd_call_reply(c, &hvd_exit_desc, &ex);
 }
 
@@ -248,18 +249,25 @@ static void check_end(hvd_task *t) {
         task_log(t, HVD_LOG_ERROR, "cannot collect the command's exit status: %s", strerror(errno));
         code = 255;
     }
+    /* The command runs in /bin/sh -c, which exits 128 + N when the program in it was killed by
+     * signal N (when the shell exec'd it, the shell itself was killed). */
+    int sig = hvd_proc_exit_signal(t->cmd);
+    if (!sig && code > 128 && code < 128 + 32) sig = code - 128;
     pthread_mutex_lock(&t->mu);
     t->ended = true;
     t->exit_code = code;
+    t->exit_signal = t->abort_sent ? 0 : sig; /* only a kill nobody here asked for */
+    bool unasked = !t->abort_sent && t->abort_why == ABORT_NONE;
     t->ended_ms = hvd_now_ms();
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     task_log(t, HVD_LOG_INFO, "the command ended with exit code %d", code);
+    if (unasked && (code != 0 || sig)) task_note(t, HVD_TASK_EV_COMMAND_ENDED, code, sig, NULL);
 
     for (task_sub *s = t->subs; s; s = s->next)
-        if (s->call) pump_reply_exit(&s->call, code);
+        if (s->call) pump_reply_exit(t, &s->call);
     for (task_waiter *w = t->waiters; w; w = w->next)
-        if (w->call) pump_reply_exit(&w->call, code);
+        if (w->call) pump_reply_exit(t, &w->call);
     pump_call_gone(t);
 }
 

@@ -28,7 +28,7 @@ void pump_resume(hvd_task *t);
 void pump_call_gone(hvd_task *t);
 /* Frees the subscribers and waiters whose call is NULL. Only with nothing walking them. */
 void pump_sweep(hvd_task *t);
-/* Answers a subscriber or waiter with the exit code (the call pointer is cleared). */
-void pump_reply_exit(hvd_call **call, int exit_code);
+/* Answers a subscriber or waiter with the ended command's exit (the call pointer is cleared). */
+void pump_reply_exit(const hvd_task *t, hvd_call **call);
 
 #endif

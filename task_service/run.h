@@ -5,7 +5,12 @@
 
 #include "hvd/task.h"
 
-/* Stops the driver watcher hvd_task_run left running (hvd_task_stop). */
+/* Stops the driver watcher hvd_task_run left running (hvd_task_stop); a task that ended
+ * normally says TASK_EV_DONE to the driver first. */
 void task_watch_stop(hvd_task *t);
+
+/* The task is ending early (why): the watcher tells the driver (TASK_EV_ENDING) and lets go of
+ * it now. */
+void task_watch_ending(hvd_task *t, const char *why);
 
 #endif

@@ -4,11 +4,13 @@
  * Layers, from the top; a file includes only headers of files below it, so the
  * dependencies form a DAG (task_service/README.md):
  *
- *   task.c      hvd_task_start, hvd_task_stop, results, port    -> handlers, run, held, state
+ *   task.c      hvd_task_start, hvd_task_stop, results, port    -> handlers, run, held, notes,
+ *                                                                  state
  *   handlers.c  the RPC handlers               (handlers.h)     -> held, pump, probe, state
  *   task_run.c  hvd_task_run, the driver watcher (run.h)        -> held, state
- *   held.c      held calls, aborts             (held.h)         -> pump, state
- *   pump.c      output fan-out, the command's end (pump.h)      -> state
+ *   held.c      held calls, aborts             (held.h)         -> notes, pump, state
+ *   pump.c      output fan-out, the command's end (pump.h)      -> notes, state
+ *   notes.c     TASK_EVENTs to the driver (notes.h)             -> state
  *   state.c     this header: log, waits, the driver connection  -> output, local_out
  *   probe.c (probe.h), output.c (output.h), local_out.c (local_out.h): leaves that know
  *   nothing of hvd_task.
@@ -52,9 +54,11 @@ typedef enum task_abort {
 /* A subscriber: a held RUN_COMMAND (attach) or ATTACH call that receives output. */
 typedef struct task_sub {
     struct hvd_task *t;
-    hvd_call *call; /* NULL once answered or cancelled; the struct is then swept */
-    bool active;    /* receives output; false: an ATTACH held until a command starts */
-    bool armed;     /* hvd_call_on_writable is pending */
+    hvd_call *call;          /* NULL once answered or cancelled; the struct is then swept */
+    bool active;             /* receives output; false: an ATTACH held until a command starts */
+    bool armed;              /* hvd_call_on_writable is pending */
+    bool runner;             /* the RUN_COMMAND (attach) that started the command: its agent */
+    char peer[HVD_HOST_MAX]; /* where its call came from */
     struct task_sub *next;
 } task_sub;
 
@@ -94,8 +98,11 @@ struct hvd_task {
     size_t naddrs;
     char **cmd_env; /* the command's base environment (hvd_env_build) */
     hvd_server *srv;
-    int abort_efd;         /* eventfd, readable once an abort was requested (never reset) */
-    struct watcher *watch; /* the driver watcher hvd_task_run started, until hvd_task_stop */
+    int abort_efd;            /* eventfd, readable once an abort was requested (never reset) */
+    struct watcher *watch;    /* the driver watcher hvd_task_run started, until hvd_task_stop */
+    pthread_mutex_t notes_mu; /* guards notes and notes_closed (notes.c) */
+    struct task_notes *notes; /* made at the first note */
+    bool notes_closed;        /* hvd_task_stop ended them */
 
     /* ---- shared (mu) ---- */
     pthread_mutex_t mu;
@@ -104,9 +111,15 @@ struct hvd_task {
     bool started;           /* a command was started */
     bool ended;             /* ... has ended and all its output was delivered */
     int exit_code;          /* valid when ended */
+    int exit_signal;        /* valid when ended: the signal that killed the command unasked
+                               (hvd_exit_msg.signal), 0 if it exited or we aborted it */
     int64_t ended_ms;       /* monotonic time of the end */
     task_abort abort_why;   /* first reason to abort, ABORT_NONE if none */
     bool job_over;          /* the driver shut the job down (answered WAIT_SHUTDOWN) */
+    bool ended_normally;    /* hvd_task_run returned the command's own end: the watcher says
+                               TASK_EV_DONE before it lets go of the driver */
+    char ending_why[256];   /* the task is ending early (task_watch_ending): the watcher says
+                               TASK_EV_ENDING with this; "" if not */
     bool abort_sent;        /* the running command was told to abort (by us or a request) */
     char abort_detail[HVD_ERR_MAX];
     bool stopping;      /* hvd_task_stop began: refuse new commands */

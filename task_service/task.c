@@ -22,6 +22,7 @@
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 #include "local_out.h"
+#include "notes.h"
 #include "run.h"
 #include "state.h"
 
@@ -59,14 +60,19 @@ static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
 
 /* The command's base environment: the executor's plus what every command of the job gets. */
 static int init_env(hvd_task *t, char *const *base, hvd_err *err) {
-    char secret[45], index[16];
+    char secret[45], index[16], pid[16];
     if (!base) base = environ;
     hvd_secret_to_base64(&t->cfg.secret, secret);
     snprintf(index, sizeof index, "%u", t->cfg.index);
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
     hvd_env_change ch[] = {
-        {HVD_SECRET_ENV, secret},         {HVD_DRIVER_ADDRS_ENV, t->driver_text},
-        {HVD_HOSTNAME_ENV, t->host_hash}, {HVD_WORK_DIR_ENV, t->work_dir},
-        {HVD_TASK_INDEX_ENV, index},      {"OMPI_MCA_btl_vader_backing_directory", t->shm_dir},
+        {HVD_SECRET_ENV, secret},
+        {HVD_DRIVER_ADDRS_ENV, t->driver_text},
+        {HVD_HOSTNAME_ENV, t->host_hash},
+        {HVD_WORK_DIR_ENV, t->work_dir},
+        {HVD_TASK_INDEX_ENV, index},
+        {HVD_TASK_PID_ENV, pid},
+        {"OMPI_MCA_btl_vader_backing_directory", t->shm_dir}, /* last: left out when NULL */
     };
     size_t n = sizeof ch / sizeof ch[0] - (t->shm_dir ? 0 : 1);
     t->cmd_env = hvd_env_build(base, ch, n, err);
@@ -185,6 +191,7 @@ static void task_free(hvd_task *t) {
     if (t->abort_efd >= 0) close(t->abort_efd);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->notes_mu);
     hvd_secret_wipe(&t->cfg.secret);
     free(t);
 }
@@ -216,6 +223,7 @@ static hvd_task *task_new(const hvd_task_config *cfg) {
     pthread_cond_init(&t->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->notes_mu, NULL);
     atomic_init(&t->probe_cancel, false);
     atomic_init(&t->probe_finished, false);
     t->pipes[0].fd = t->pipes[1].fd = -1;
@@ -356,6 +364,14 @@ static void quiesce(hvd_task *t) {
     pthread_mutex_unlock(&t->mu);
 }
 
+void hvd_task_abort(hvd_task *t) {
+    if (!t) return;
+    task_request_abort(t, ABORT_USER, "hvd_task_abort was called");
+    /* The driver hears it now, not when the command has ended and the task is gone: the first
+     * part of a job to fail is the one the driver names. */
+    task_watch_ending(t, "it was told to stop (a signal to hvd-task, or its executor ending it)");
+}
+
 void hvd_task_stop(hvd_task *t) {
     if (!t) return;
     begin_stop(t);
@@ -363,6 +379,7 @@ void hvd_task_stop(hvd_task *t) {
     end_command_locked(t);
     linger_locked(t);
     pthread_mutex_unlock(&t->mu);
+    task_notes_stop(t);
     task_watch_stop(t);
     quiesce(t);
     hvd_server_stop(t->srv);

@@ -61,12 +61,23 @@ typedef struct watcher {
     atomic_bool stop; /* same, for checks between calls */
 } watcher;
 
-/* Ends the blocking call in progress on c; runs as that call's interrupt callback.
- * hvd_client has no cancel operation, but it drops its connection whenever a request cannot
- * be sent, and a request longer than the client's max_frame (WATCH_MAX_FRAME) never is: the
- * call in progress then fails with "connection lost while interrupting". */
+/* Ends the blocking call in progress on c; runs as that call's interrupt callback. A task
+ * that ended normally first says TASK_DONE, so that the driver does not count the close as a
+ * lost task. hvd_client has no cancel operation, but it drops its connection whenever a
+ * request cannot be sent, and a request longer than the client's max_frame (WATCH_MAX_FRAME)
+ * never is: the call in progress then fails with "connection lost while interrupting". */
 static void drop_connection(hvd_client *c, void *user) {
-    (void)user;
+    watcher *w = user;
+    hvd_task *t = w->t;
+    char why[sizeof t->ending_why];
+    pthread_mutex_lock(&t->mu);
+    bool done = t->ended_normally;
+    snprintf(why, sizeof why, "%s", t->ending_why);
+    pthread_mutex_unlock(&t->mu);
+    hvd_task_event_msg ev = {
+        .index = t->cfg.index, .kind = done ? HVD_TASK_EV_DONE : HVD_TASK_EV_ENDING, .text = why};
+    hvd_err e;
+    if (done || why[0]) (void)hvd_client_send(c, &hvd_task_event_desc, &ev, &e);
     char big[2 * WATCH_MAX_FRAME];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
@@ -117,7 +128,7 @@ static void *watch_main(void *arg) {
     }
     /* The driver counts this task as lost only when this long-poll of its index breaks. */
     hvd_index_msg me = {.index = t->cfg.index};
-    int rc = hvd_client_call_stream(c, &hvd_wait_shutdown_desc, &me, NULL, NULL, w->stop_efd,
+    int rc = hvd_client_call_stream(c, &hvd_wait_shutdown_desc, &me, NULL, w, w->stop_efd,
                                     drop_connection, &hvd_ack_desc, NULL, -1, &err);
     hvd_client_close(c);
     if (atomic_load(&w->stop)) return NULL;
@@ -289,16 +300,40 @@ static int run_body(hvd_task *t, int *exit_code, hvd_err *err) {
  * WAIT_EXITs for the minimum lifetime, unless the driver shuts the job down first (every
  * task then ends, so nobody needs the code any more), which the watcher hears. */
 int hvd_task_run(hvd_task *t, int *exit_code, hvd_err *err) {
-    if (!t->watch && (t->watch = calloc(1, sizeof *t->watch)) != NULL) watcher_start(t->watch, t);
+    if (!t->watch) {
+        watcher *w = calloc(1, sizeof *w);
+        if (w) watcher_start(w, t);
+        pthread_mutex_lock(&t->mu);
+        t->watch = w; /* task_watch_ending reads it from any thread */
+        pthread_mutex_unlock(&t->mu);
+    }
     int code = 0;
     int rc = run_body(t, &code, err);
     if (rc == 0 && exit_code) *exit_code = code;
+    pthread_mutex_lock(&t->mu);
+    t->ended_normally = rc == 0;
+    pthread_mutex_unlock(&t->mu);
     return rc;
 }
 
+void task_watch_ending(hvd_task *t, const char *why) {
+    pthread_mutex_lock(&t->mu); /* t->watch stays while it is held */
+    if (!t->ending_why[0]) snprintf(t->ending_why, sizeof t->ending_why, "%s", why);
+    watcher *w = t->watch;
+    if (w && w->running) {
+        atomic_store(&w->stop, true); /* its call ends now: nothing more to watch */
+        uint64_t one = 1;
+        (void)!write(w->stop_efd, &one, sizeof one);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
 void task_watch_stop(hvd_task *t) {
-    if (!t->watch) return;
-    watcher_stop(t->watch);
-    free(t->watch);
+    pthread_mutex_lock(&t->mu);
+    watcher *w = t->watch;
     t->watch = NULL;
+    pthread_mutex_unlock(&t->mu);
+    if (!w) return;
+    watcher_stop(w);
+    free(w);
 }

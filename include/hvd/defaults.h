@@ -30,6 +30,13 @@
  * task services anyway. */
 #define HVD_MPIRUN_LOST_KILL_DELAY_MS 1000
 
+/* How long a launcher waits, once a failed job's mpirun has exited, for the results of ranks
+ * still reporting that they were stopped (hvd_driver_wait_results). */
+#define HVD_LATE_RESULTS_MS 1000
+
+/* How long hvd-rsh waits for the driver to take its AGENT_REPORT before it exits anyway. */
+#define HVD_AGENT_REPORT_TIMEOUT_MS 2000
+
 /* Where hvd-rsh, hvd-exec and hvd-task are (default: next to the running program). */
 #define HVD_BIN_DIR_ENV "HVD_BIN_DIR"
 

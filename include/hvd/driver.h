@@ -91,15 +91,43 @@ typedef struct hvd_rank_result {
     uint8_t *data; /* result bytes */
     size_t len;
     char *error;    /* error text or NULL */
-    uint64_t order; /* 1, 2, ...: the order in which the ranks' results reached the driver (a
-                       rank that fails on its own reports before mpirun stops the others); 0:
-                       never reported */
+    uint64_t order; /* 1, 2, ...: the order in which the ranks' results (and the job's other
+                       events, hvd_driver_failure) reached the driver (a rank that fails on its
+                       own reports before mpirun stops the others); 0: never reported */
+    bool stopped;   /* a signal from outside stopped it (mpirun ending the job): not a failure
+                       of its own */
 } hvd_rank_result;
 
-/* The rank that failed first on its own, or -1 if none failed: among the ranks that exited
- * with a status of their own (1-127), the first whose result arrived; else among those killed
- * by a signal (128+); else the lowest rank that reported nothing. */
+/* The rank that failed first on its own, or -1 if none did: among the ranks that exited with a
+ * status of their own (1-127), the first whose result arrived; else among those whose program
+ * was killed by a signal (128+); else the lowest rank that reported nothing while others did
+ * (a rank killed outright, say by SIGKILL, reports nothing). Ranks stopped from outside never
+ * count, nor do silent ranks when no rank reported at all (the job never got to them). */
 int hvd_first_failed_rank(const hvd_rank_result *r, size_t n);
+
+/* What failed first in a job, as far as the driver saw (hvd_driver_failure). */
+typedef enum hvd_failure_kind {
+    HVD_FAILURE_NONE = 0,    /* nothing the driver saw failed on its own */
+    HVD_FAILURE_RANK,        /* a rank failed on its own (hvd_first_failed_rank) */
+    HVD_FAILURE_SILENT_RANK, /* a rank ended without a result while the others reported */
+    HVD_FAILURE_TASK,        /* a task service went away */
+    HVD_FAILURE_AGENT,       /* an agent (hvd-rsh) died, could not start orted or lost its
+                                task service, or orted was killed */
+} hvd_failure_kind;
+
+/* One rank's failure in a sentence: "rank 3 (task 3 on h) exited with status 1: <error>", or,
+ * for a rank that never reported, that it ended without a result. */
+void hvd_rank_failure_text(const hvd_rank_result *r, char *buf, size_t cap);
+
+/* Names the part of the job that failed first on its own, in one sentence (no "job failed:"
+ * prefix) into buf: "rank 3 (task 3 on h) exited with status 1: ...", "task 2 (host h at a)
+ * went away while the job ran (...)", "orted of host h (task 2) was killed by signal 9
+ * (Killed)", ... It is the earliest, in the order they reached the driver, of a rank's own
+ * failure, a lost task service and an agent's report or death; failing those, a rank that
+ * reported nothing while others did. r and n are hvd_driver_results'. Returns the kind
+ * (buf is "" for HVD_FAILURE_NONE). Any thread. */
+hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, size_t n, char *buf,
+                                    size_t cap);
 
 /* Every rank's result in rank order, for ranks 0..N-1 (N = num_tasks): a rank that never
  * reported has present = false. index is the task mapped to the rank by SET_LOCAL_RANK (else
@@ -107,6 +135,12 @@ int hvd_first_failed_rank(const hvd_rank_result *r, size_t n);
  * Returns 0 with a malloc'd array, or -1. */
 int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err *err);
 void hvd_driver_results_free(hvd_rank_result *r, size_t n);
+
+/* Waits up to timeout_ms until every rank that started (told the driver where it runs) has
+ * reported. Returns whether every rank has. Ranks that are stopped as mpirun ends report while
+ * it exits, so a launcher gives them a moment (HVD_LATE_RESULTS_MS) before it reads the results
+ * of a job that failed. */
+bool hvd_driver_wait_results(hvd_driver *d, int timeout_ms);
 
 /* A copy of a registered task's entry (free with hvd_msg_free(&hvd_task_info_desc, out)).
  * Returns 0, or -1 if the index is not registered. */

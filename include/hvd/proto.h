@@ -29,6 +29,9 @@ void hvd_task_service_name(uint32_t index, char out[HVD_SERVICE_NAME_MAX]);
 #define HVD_HOSTNAME_ENV   "HOROVOD_HOSTNAME"
 #define HVD_WORK_DIR_ENV   "HOROVOD_SPARK_WORK_DIR"
 #define HVD_TASK_INDEX_ENV "HVD_TASK_INDEX"
+/* The process id of the task service whose command (orted) started the rank: signals from it,
+ * from orted, or from what lies between (the process runner) are the job ending its ranks. */
+#define HVD_TASK_PID_ENV "HVD_TASK_PID"
 
 /* ---- Message types ---------------------------------------------------------------------- */
 
@@ -45,6 +48,13 @@ enum {
                                        shuts tasks down (long-poll) */
     HVD_MSG_REPORT_RESULT = 208,    /* hvd_result_msg -> ack; idempotent (replaces) */
     HVD_MSG_TASK_INFO = 209,        /* hvd_index_msg -> hvd_task_info; idempotent */
+    HVD_MSG_AGENT_WATCH = 220,      /* hvd_agent_msg -> never answered: held while the agent
+                                       (hvd-rsh) runs; closed without AGENT_REPORT = it died */
+    HVD_MSG_AGENT_REPORT = 221,     /* hvd_agent_report_msg -> ack: how the agent's command
+                                       (orted) ended, sent on the AGENT_WATCH connection */
+    HVD_MSG_TASK_EVENT = 222,       /* hvd_task_event_msg -> ack: what happened to a task
+                                       service or its command (the driver names the part of a
+                                       job that failed first) */
 
     /* task service requests */
     HVD_MSG_REGISTRATION_DONE = 300, /* hvd_peers_msg -> ack; the task then probes its peers
@@ -163,6 +173,8 @@ typedef struct hvd_result_msg {
     int32_t status;   /* the entry point's exit status */
     hvd_bytes result; /* result bytes (may be empty) */
     char *error;      /* error text, NULL on success */
+    bool stopped;     /* a signal from outside (mpirun ending the job) stopped the rank before
+                         its entry point finished: it did not fail on its own */
 } hvd_result_msg;
 extern const hvd_msg_desc hvd_report_result_desc;   /* REPORT_RESULT (driver) */
 extern const hvd_msg_desc hvd_register_result_desc; /* REGISTER_RESULT (task) */
@@ -187,6 +199,8 @@ extern const hvd_msg_desc hvd_run_desc;
 
 typedef struct hvd_exit_msg {
     int32_t exit_code; /* status, or 128 + signal */
+    int32_t signal;    /* the signal that killed the command when nobody asked for its end (no
+                          ABORT, no shutdown of the task): someone killed it; 0 otherwise */
 } hvd_exit_msg;
 extern const hvd_msg_desc hvd_exit_desc;
 
@@ -197,6 +211,27 @@ typedef struct hvd_status_msg {
 } hvd_status_msg;
 extern const hvd_msg_desc hvd_status_desc;
 
+/* An agent (hvd-rsh) running a command for a host: AGENT_WATCH. */
+typedef struct hvd_agent_msg {
+    char *host_hash; /* the host it runs the command for */
+    uint32_t pid;    /* its process id, on mpirun's machine */
+} hvd_agent_msg;
+extern const hvd_msg_desc hvd_agent_watch_desc;
+
+/* How an agent's command ended: AGENT_REPORT. */
+typedef struct hvd_agent_report_msg {
+    char *host_hash;
+    uint32_t pid;
+    int32_t index;     /* the task that ran the command; -1: none was found */
+    bool started;      /* the command started */
+    int32_t exit_code; /* when it ended: hvd_exit_msg */
+    int32_t signal;    /* ... and hvd_exit_msg's signal: killed from outside */
+    bool lost;         /* the task service went away while the command ran */
+    bool stopped;      /* the agent was told to stop (a signal): it asked the task to abort */
+    char *error;       /* what went wrong (NULL: nothing) */
+} hvd_agent_report_msg;
+extern const hvd_msg_desc hvd_agent_report_desc;
+
 /* Empty task-service requests. */
 extern const hvd_msg_desc hvd_attach_desc;
 extern const hvd_msg_desc hvd_abort_desc;
@@ -205,6 +240,26 @@ extern const hvd_msg_desc hvd_command_status_desc;
 extern const hvd_msg_desc hvd_resources_desc;
 extern const hvd_msg_desc hvd_get_result_desc;
 extern const hvd_msg_desc hvd_wait_shutdown_desc;
+
+/* TASK_EVENT kinds. DONE and ENDING come on the task's WAIT_SHUTDOWN connection just before it
+ * closes (so that the close is understood); the others on a connection of their own. */
+enum {
+    HVD_TASK_EV_DONE = 1,          /* the task ends normally (its command, or its host's, ended
+                                      by itself): its watch closing is no loss */
+    HVD_TASK_EV_ENDING = 2,        /* the task ends early (text: why): lost as of now */
+    HVD_TASK_EV_COMMAND_ENDED = 3, /* its command (orted) ended unasked with exit_code (and
+                                      signal: killed), not 0 */
+    HVD_TASK_EV_AGENT_GONE = 4,    /* the agent that started its command went away while the
+                                      command ran (text: from where) */
+};
+typedef struct hvd_task_event_msg {
+    uint32_t index;
+    uint32_t kind; /* HVD_TASK_EV_* */
+    int32_t exit_code;
+    int32_t signal;
+    char *text; /* or NULL */
+} hvd_task_event_msg;
+extern const hvd_msg_desc hvd_task_event_desc;
 
 /* Every request and reply description above (for fuzzing and docs). */
 extern const hvd_msg_desc *const hvd_proto_all[];

@@ -74,6 +74,10 @@ typedef void (*hvd_handler_fn)(hvd_call *call, const msgpack_object *body, void 
 /* Loop-thread callback for a call's cancellation and writability. */
 typedef void (*hvd_call_fn)(void *arg);
 
+/* A server's default handshake time limit: a client whose connection closes this late into the
+ * handshake was cut off by it (an overloaded machine), not refused for a wrong secret. */
+#define HVD_HANDSHAKE_TIMEOUT_DEFAULT_MS 5000
+
 typedef struct hvd_server_config {
     const char *name;         /* service name bound into the handshake: "driver", "task 3" */
     hvd_secret secret;        /* the job secret */
@@ -81,7 +85,8 @@ typedef struct hvd_server_config {
                                  interface name); NULL: all interfaces */
     uint16_t port;            /* 0: an ephemeral port */
     size_t max_frame;         /* largest frame payload accepted; 0: HVD_DEFAULT_MAX_FRAME */
-    int handshake_timeout_ms; /* time allowed for a peer to finish the handshake; 0: 5000 */
+    int handshake_timeout_ms; /* time allowed for a peer to finish the handshake; 0:
+                                 HVD_HANDSHAKE_TIMEOUT_DEFAULT_MS */
     int idle_timeout_ms;      /* a connection with no call pending and nothing to send is
                                  closed after this long without a frame; 0: 60000 */
     int net_timeout_ms;       /* a peer that takes none of its pending output for this long is

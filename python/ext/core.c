@@ -249,8 +249,9 @@ static PyObject *driver_run_job(DriverObject *self, PyObject *args, PyObject *kw
                          o.stopped ? Py_True : Py_False);
 }
 
-/* results() -> [(rank, task, host_hash, present, status, data: bytes, error: str|None, order)]
- * (order: 1, 2, ... in the order the results reached the driver; 0: none) */
+/* results() -> [(rank, task, host_hash, present, status, data: bytes, error: str|None, order,
+ * stopped)] (order: 1, 2, ... in the order the results reached the driver, 0: none; stopped:
+ * orted stopped the rank as the job ended, it did not fail on its own) */
 static PyObject *driver_results(DriverObject *self, PyObject *unused) {
     (void)unused;
     hvd_driver *d = driver_of(self);
@@ -261,11 +262,11 @@ static PyObject *driver_results(DriverObject *self, PyObject *unused) {
     if (hvd_driver_results(d, &r, &n, &err) != 0) return raise_err(&err);
     PyObject *out = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; out && i < n; i++) {
-        PyObject *t =
-            Py_BuildValue("(iizOiy#z)", r[i].rank, r[i].index > INT32_MAX ? -1 : (int)r[i].index,
-                          r[i].host_hash, r[i].present ? Py_True : Py_False, r[i].status,
-                          (const char *)(r[i].data ? r[i].data : (uint8_t *)""),
-                          (Py_ssize_t)r[i].len, r[i].error);
+        PyObject *t = Py_BuildValue(
+            "(iizOiy#zKO)", r[i].rank, r[i].index > INT32_MAX ? -1 : (int)r[i].index,
+            r[i].host_hash, r[i].present ? Py_True : Py_False, r[i].status,
+            (const char *)(r[i].data ? r[i].data : (uint8_t *)""), (Py_ssize_t)r[i].len, r[i].error,
+            (unsigned long long)r[i].order, r[i].stopped ? Py_True : Py_False);
         if (!t) {
             Py_CLEAR(out);
             break;
@@ -274,6 +275,23 @@ static PyObject *driver_results(DriverObject *self, PyObject *unused) {
     }
     hvd_driver_results_free(r, n);
     return out;
+}
+
+/* failure() -> (text or None, first_failed_rank or -1): the part of the job that failed first
+ * on its own (hvd_driver_failure), and the rank that did (hvd_first_failed_rank). */
+static PyObject *driver_failure(DriverObject *self, PyObject *unused) {
+    (void)unused;
+    hvd_driver *d = driver_of(self);
+    if (!d) return NULL;
+    hvd_rank_result *r;
+    size_t n;
+    hvd_err err;
+    if (hvd_driver_results(d, &r, &n, &err) != 0) return raise_err(&err);
+    char text[HVD_ERR_MAX * 2];
+    hvd_failure_kind kind = hvd_driver_failure(d, r, n, text, sizeof text);
+    int bad = hvd_first_failed_rank(r, n);
+    hvd_driver_results_free(r, n);
+    return Py_BuildValue("(zi)", kind == HVD_FAILURE_NONE ? NULL : text, bad);
 }
 
 /* Stops a job: waits for the tasks fail at once, mpirun is stopped. Any thread. */
@@ -341,7 +359,10 @@ static PyMethodDef driver_methods[] = {
      "run_job(bin_dir, exec_bin_dir=None, mpi_args=(), env=(), timeout=0, start_timeout=120, "
      "stdout_fd=-1, stderr_fd=-1) -> (status, timed_out, stopped)"},
     {"results", (PyCFunction)driver_results, METH_NOARGS,
-     "results() -> [(rank, task, host_hash, present, status, data, error, order)] by rank"},
+     "results() -> [(rank, task, host_hash, present, status, data, error, order, stopped)] by "
+     "rank"},
+    {"failure", (PyCFunction)driver_failure, METH_NOARGS,
+     "failure() -> (what failed first, in a sentence, or None; first failed rank or -1)"},
     {"abort", (PyCFunction)driver_abort, METH_VARARGS, "abort(reason): stop the job"},
     {"shutdown_tasks", (PyCFunction)driver_shutdown_tasks, METH_NOARGS,
      "shutdown_tasks(): tell every task service the job is over"},

@@ -29,12 +29,12 @@ class JobError(RuntimeError):
 class RankOutcome:
     """One rank's outcome as the driver saw it."""
 
-    __slots__ = ("rank", "task", "host", "present", "status", "error", "order", "value",
-                 "exc_type", "exc_message", "remote_traceback")
+    __slots__ = ("rank", "task", "host", "present", "status", "error", "order", "stopped",
+                 "value", "exc_type", "exc_message", "remote_traceback")
 
     def __init__(self, row):
         (self.rank, self.task, self.host, self.present, self.status, data, self.error,
-         self.order) = row
+         self.order, self.stopped) = row
         self.value = None
         self.exc_type = self.exc_message = self.remote_traceback = None
         if self.present and data:
@@ -88,48 +88,33 @@ def mpi_args(extra_mpi_args, env, prefix_output_with_timestamp):
     return args
 
 
-def first_failure(outcomes):
-    """The rank that failed first on its own: one whose function raised; else one that exited
-    with an error status of its own (not a signal, which is how ranks are stopped when another
-    fails); else any failed or missing one. Among equals, the one whose result reached the
-    driver first."""
-    def tier(o):
-        if o.exc_type is not None:
-            return 0
-        if o.present and 0 < o.status < 128:
-            return 1
-        if o.present and o.status != 0:
-            return 2
-        return 3 if not o.present else 4
-
-    bad = [o for o in outcomes if not o.ok]
-    return min(bad, key=lambda o: (tier(o), o.order or float("inf"), o.rank)) if bad else None
-
-
-def values_or_raise(rows, mpirun_status, stop_reason=None):
-    """The ranks' return values in rank order, or a JobError naming the first failure."""
+def values_or_raise(rows, mpirun_status, stop_reason=None, failure=None, first_failed=-1):
+    """The ranks' return values in rank order, or a JobError naming what failed first: why the
+    job was stopped; else ``failure`` (the driver's sentence for the part of the job that
+    failed first on its own: a rank, a task service, an agent, orted), with the Python
+    traceback when that part is a rank whose function raised; else mpirun's status.
+    ``first_failed`` is the rank that failed first on its own (-1: none)."""
     outcomes = [RankOutcome(r) for r in sorted(rows, key=lambda r: r[0])]
-    bad = first_failure(outcomes)
-    if bad is None and mpirun_status == 0 and not stop_reason:
+    if mpirun_status == 0 and not stop_reason and all(o.ok for o in outcomes):
         return [o.value for o in outcomes]
-    if bad is None:
-        msg = "mpirun exited with status %d" % mpirun_status
-        if stop_reason:
-            msg = "the job was stopped: %s" % stop_reason
-        raise JobError(msg, results=outcomes)
-    where = "rank %d (task %d on %s)" % (bad.rank, bad.task, bad.host or "?")
-    if bad.exc_type is not None:
-        msg = "%s raised %s: %s\n\nRemote traceback:\n%s" % (
-            where, bad.exc_type, bad.exc_message, bad.remote_traceback)
-    elif bad.present:
-        msg = "%s exited with status %d%s" % (where, bad.status,
-                                               ": " + bad.error if bad.error else "")
+    bad = outcomes[first_failed] if 0 <= first_failed < len(outcomes) else None
+    if bad is not None and failure and not failure.startswith("rank %d " % bad.rank):
+        bad = None  # something else failed first: the rank only followed
+    if stop_reason:
+        msg = "the job was stopped: %s" % stop_reason
+    elif bad is not None and bad.exc_type is not None:
+        msg = "rank %d (task %d on %s) raised %s: %s\n\nRemote traceback:\n%s" % (
+            bad.rank, bad.task, bad.host or "?", bad.exc_type, bad.exc_message,
+            bad.remote_traceback)
+    elif failure:
+        msg = failure
     else:
-        msg = "%s reported no result; mpirun exited with status %d" % (where, mpirun_status)
-        if stop_reason:
-            msg += " (the job was stopped: %s)" % stop_reason
-    raise JobError(msg, rank=bad.rank, task=bad.task, host=bad.host,
-                   remote_traceback=bad.remote_traceback, results=outcomes)
+        msg = "mpirun exited with status %d" % mpirun_status
+    kw = {}
+    if bad is not None:
+        kw = dict(rank=bad.rank, task=bad.task, host=bad.host,
+                  remote_traceback=bad.remote_traceback)
+    raise JobError(msg, results=outcomes, **kw)
 
 
 class OutputForwarder:

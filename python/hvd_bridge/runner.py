@@ -68,9 +68,10 @@ def _rows(results_file):
     with open(results_file) as f:
         doc = json.load(f)
     rows = [(r["rank"], -1 if r["task"] is None else r["task"], r["host_hash"], r["reported"],
-             r["status"], bytes.fromhex(r["result_hex"]), r["error"], r["order"])
+             r["status"], bytes.fromhex(r["result_hex"]), r["error"], r["order"], r["stopped"])
             for r in doc["ranks"]]
-    return rows, doc["mpirun_status"]
+    first = doc["first_failed_rank"]
+    return rows, doc["mpirun_status"], doc.get("failure"), -1 if first is None else first
 
 
 def _wait(proc):
@@ -139,8 +140,9 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
             lines = [l for l in err.last_lines if l.startswith("hvd-driver")]
             raise _job.JobError("the job did not run (hvd-driver exited with status %d)%s" % (
                 status, ": " + lines[-1] if lines else ""))
-        rows, mpirun_status = _rows(results_file)
-        return _job.values_or_raise(rows, mpirun_status)
+        rows, mpirun_status, failure, first_failed = _rows(results_file)
+        return _job.values_or_raise(rows, mpirun_status, failure=failure,
+                                    first_failed=first_failed)
     finally:
         out.join(1)
         err.join(1)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -126,10 +127,24 @@ static void test_signals(void) {
     CHECK(hvd_signals_next(fd) == SIGHUP);
     CHECK(hvd_signals_next(fd) == 0);
     CHECK(hvd_signals_first() == SIGTERM);
+    /* Who sent it: ourselves, then a child. */
+    pid_t sender = -1;
+    CHECK(kill(getpid(), SIGINT) == 0);
+    CHECK(hvd_signals_next_from(fd, &sender) == SIGINT && sender == getpid());
+    pid_t child = fork();
+    if (child == 0) _exit(kill(getppid(), SIGTERM) == 0 ? 0 : 1);
+    int st = -1;
+    CHECK(child > 0 && waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int sig = 0;
+    for (int i = 0; i < 100 && !(sig = hvd_signals_next_from(fd, &sender)); i++)
+        usleep(10 * 1000);
+    CHECK_MSG(sig == SIGTERM && sender == child, "signal %d from %d, want %d from %d", sig,
+              (int)sender, SIGTERM, (int)child);
     raise(SIGPIPE); /* ignored: we are still here */
     CHECK(1);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
 }
 
 /* ---- the event loop ---- */

@@ -59,6 +59,36 @@ static int report_result(hvd_client *c, int32_t rank, uint32_t index, int32_t st
     return hvd_client_call(c, &hvd_report_result_desc, &m, &hvd_ack_desc, NULL, 0, 0, err);
 }
 
+static int report_stopped(hvd_client *c, int32_t rank, uint32_t index, hvd_err *err) {
+    hvd_result_msg m = {.rank = rank,
+                        .index = index,
+                        .present = true,
+                        .status = 143,
+                        .error = "stopped by SIGTERM from orted",
+                        .stopped = true};
+    return hvd_client_call(c, &hvd_report_result_desc, &m, &hvd_ack_desc, NULL, 0, 0, err);
+}
+
+static int task_event(hvd_client *c, uint32_t index, uint32_t kind, int code, int sig,
+                      const char *text, hvd_err *err) {
+    hvd_task_event_msg m = {
+        .index = index, .kind = kind, .exit_code = code, .signal = sig, .text = (char *)text};
+    return hvd_client_call(c, &hvd_task_event_desc, &m, &hvd_ack_desc, NULL, 0, 0, err);
+}
+
+/* hvd_driver_failure's sentence (kind in *kind) for the results so far. */
+static const char *failure_of(hvd_driver *d, hvd_failure_kind *kind, char *buf, size_t cap) {
+    hvd_rank_result *r;
+    size_t n;
+    hvd_err err;
+    *kind = HVD_FAILURE_NONE;
+    buf[0] = '\0';
+    if (hvd_driver_results(d, &r, &n, &err) != 0) return buf;
+    *kind = hvd_driver_failure(d, r, n, buf, cap);
+    hvd_driver_results_free(r, n);
+    return buf;
+}
+
 static bool host_list_is(hvd_driver *d, const char *want) {
     hvd_err err;
     char *hl = hvd_driver_host_list(d, &err);
@@ -503,6 +533,95 @@ out:
     free(exe);
 }
 
+static hvd_client *register_xy(hvd_driver *d);
+
+/* The part that failed first on its own is named, in the order things reached the driver:
+ * stopped ranks never; an orted killed before a rank failed; weak notes (an agent's death)
+ * only when nothing else explains; a silent rank last. */
+static void test_failure(void) {
+    char buf[HVD_ERR_MAX * 2];
+    hvd_failure_kind kind;
+    hvd_err err;
+    uint32_t idx;
+    /* 1. Ranks 0-2 stopped by orted, rank 3 silent: rank 3 is named (killed outright). */
+    hvd_driver *d = start_driver(4, NULL, NULL, NULL);
+    hvd_client *c = d ? register_xy(d) : NULL;
+    for (uint32_t r = 0; c && r < 4; r++)
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    CHECK(failure_of(d, &kind, buf, sizeof buf) && kind == HVD_FAILURE_NONE && !buf[0]);
+    for (int32_t r = 0; c && r < 3; r++)
+        CHECK(report_stopped(c, r, (uint32_t)r, &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_SILENT_RANK && strstr(buf, "rank 3 (task ") &&
+                  strstr(buf, "ended without reporting a result"),
+              "%s", buf);
+    /* An agent that went away without a word is named before a silent rank; before that, a
+     * host whose agent never came while another's did. */
+    hvd_client *agent = driver_client(d);
+    hvd_agent_msg w = {.host_hash = "hy", .pid = 4242};
+    CHECK(agent && hvd_client_send(agent, &hvd_agent_watch_desc, &w, &err) == 0);
+    usleep(100 * 1000);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_AGENT && strstr(buf, "agent of host hx (hvd-rsh) never reached "
+                                                       "the driver, while 1 of 2"),
+              "%s", buf);
+    hvd_client *agent2 = driver_client(d);
+    hvd_agent_msg w2 = {.host_hash = "hx", .pid = 4343};
+    hvd_agent_report_msg done = {.host_hash = "hx", .pid = 4343, .index = 0, .started = true};
+    CHECK(agent2 && hvd_client_send(agent2, &hvd_agent_watch_desc, &w2, &err) == 0);
+    CHECK(agent2 && hvd_client_call(agent2, &hvd_agent_report_desc, &done, &hvd_ack_desc, NULL, 0,
+                                    0, &err) == 0);
+    hvd_client_close(agent2); /* it reported: its close is no death */
+    hvd_client_close(agent);  /* this one did not */
+    usleep(100 * 1000);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_AGENT && strstr(buf, "agent of host hy (hvd-rsh, pid 4242) went "
+                                                       "away without reporting"),
+              "%s", buf);
+    /* A strong note that came later still wins over a weak one: orted killed. */
+    CHECK(task_event(c, 1, HVD_TASK_EV_COMMAND_ENDED, 137, 9, NULL, &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_AGENT && strstr(buf, "orted of host hy (in task 1) was killed "
+                                                       "by signal 9"),
+              "%s", buf);
+    /* A rank's own failure after it does not. */
+    CHECK(report_result(c, 3, 3, 1, "", "boom", &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(strstr(buf, "orted of host hy"), "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+
+    /* 2. A rank fails on its own first, then a task service says it is ending: the rank. */
+    d = start_driver(4, NULL, NULL, NULL);
+    c = d ? register_xy(d) : NULL;
+    for (uint32_t r = 0; c && r < 4; r++)
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    CHECK(report_result(c, 2, 2, 3, "", "RuntimeError: boom", &err) == 0);
+    CHECK(task_event(c, 0, HVD_TASK_EV_ENDING, 0, 0, "it was told to stop", &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_RANK && strstr(buf, "rank 2 (task 2 on hx) exited with status 3: "
+                                                      "RuntimeError: boom"),
+              "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+
+    /* 3. The task service first: it is named, as ending early, with its host. */
+    d = start_driver(4, NULL, NULL, NULL);
+    c = d ? register_xy(d) : NULL;
+    CHECK(task_event(c, 2, HVD_TASK_EV_ENDING, 0, 0, "it was told to stop", &err) == 0);
+    CHECK(report_result(c, 0, 0, 1, "", "lost my peer", &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_TASK && strstr(buf, "task 2 (host hx at 127.0.0.1) ended while "
+                                                      "the job ran: it was told to stop"),
+              "%s", buf);
+    CHECK(hvd_driver_lost_tasks(d) == 1);
+    /* A task that says DONE is not lost when its watch closes. */
+    CHECK(task_event(c, 3, HVD_TASK_EV_DONE, 0, 0, NULL, &err) == 0);
+    CHECK(task_event(c, 9, HVD_TASK_EV_DONE, 0, 0, NULL, &err) == -1 && err.code == HVD_E_INVALID);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+}
+
 static void test_code(void) {
     hvd_err err;
     /* A command. */
@@ -779,6 +898,7 @@ int main(void) {
     RUN(test_ranks);
     RUN(test_code);
     RUN(test_entry_check);
+    RUN(test_failure);
     RUN(test_results);
     RUN(test_wait_shutdown);
     RUN(test_lost_task);

@@ -395,7 +395,8 @@ static void test_task_unreachable(void) {
         CHECK(run_round(&jb, 5000, got, sizeof got, &err) == -1);
         fprintf(stderr, "  error: %s\n", err.msg);
         CHECK(err.code == HVD_E_IO);
-        CHECK_MSG(strstr(err.msg, "could not tell 1 of 4 task(s)") && strstr(err.msg, "task 2: "),
+        CHECK_MSG(strstr(err.msg, "could not tell 1 of 4 task(s)") &&
+                      strstr(err.msg, "task 2 (host "),
                   "%s", err.msg);
         /* The others were told, and probed anyway. */
         CHECK(wait_reports_sent(&jb, 3, 5000));

@@ -277,6 +277,35 @@ def shm_dirs(prefix="hvd-task-"):
     return set(glob.glob(os.path.join("/dev/shm", glob.escape(prefix) + "*")))
 
 
+class ShmWatch:
+    """Notes the /dev/shm backing directories that a job's processes (those with var=mark)
+    name, from a thread that looks every 50 ms while the job runs, so that a check for what the
+    job left there is not confused by other jobs running on the machine at the same time.
+    ``left()`` stops watching and returns those of them that still exist."""
+
+    ENV = "OMPI_MCA_btl_vader_backing_directory"
+
+    def __init__(self, mark, var=MARK_VAR):
+        import threading
+        self.mark, self.var, self.seen = mark, var, set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while not self.stop.is_set():
+            for p in processes_with(self.mark, self.var).values():
+                d = p.env.get(self.ENV)
+                if d and d.startswith("/dev/shm/"):
+                    self.seen.add(d)
+            self.stop.wait(0.05)
+
+    def left(self):
+        self.stop.set()
+        self.thread.join()
+        return sorted(d for d in self.seen if os.path.exists(d))
+
+
 # ---- running -------------------------------------------------------------------------------
 
 def run(cmd, env=None, timeout=120, cwd=None, merge=False, new_session=False):

@@ -45,7 +45,7 @@ class Job:
         self.saved = {k: os.environ.get(k) for k in (hvdtest.MARK_VAR, "TMPDIR")}
         os.environ[hvdtest.MARK_VAR] = self.mark
         os.environ["TMPDIR"] = self.tmp
-        self.shm = hvdtest.shm_dirs()
+        self.shm = hvdtest.ShmWatch(self.mark)
         return self
 
     def __exit__(self, *exc):
@@ -57,7 +57,7 @@ class Job:
         left = hvdtest.leftovers(self.mark, 15)
         files = os.listdir(self.tmp)
         shutil.rmtree(self.tmp, ignore_errors=True)
-        shm = hvdtest.shm_dirs() - self.shm
+        shm = self.shm.left()
         if exc[0] is None:
             check(not left, "processes of the job left behind:\n  " + "\n  ".join(left))
             check(not files, "files left in the job's TMPDIR: %s" % files)

@@ -5,6 +5,8 @@
 #ifndef HVD_COMMON_SIG_H
 #define HVD_COMMON_SIG_H
 
+#include <sys/types.h>
+
 #include "hvd/error.h"
 
 /* Installs handlers for SIGINT, SIGTERM and SIGHUP that write the signal number as one byte to
@@ -15,6 +17,11 @@ int hvd_signals_install(hvd_err *err);
 
 /* Reads one pending signal number from the read end: the number, or 0 when none is pending. */
 int hvd_signals_next(int fd);
+
+/* The same, with the process id of the sender in *sender (0 when the kernel sent it or it
+ * cannot be known): a child tells its parent's signal (orted ending the job) from anyone
+ * else's. */
+int hvd_signals_next_from(int fd, pid_t *sender);
 
 /* The number of the first signal received since hvd_signals_install, or 0: for threads that
  * must not consume the pipe's bytes but want to know whether the process is being stopped. */

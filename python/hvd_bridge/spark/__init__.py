@@ -130,7 +130,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
                                               start_timeout=start, stdout_fd=out.fd,
                                               stderr_fd=err.fd)
         reason = "the Spark job failed: %s" % spark.error if spark.error else None
-        return _job.values_or_raise(driver.results(), status, reason)
+        failure, first_failed = driver.failure()
+        return _job.values_or_raise(driver.results(), status, reason, failure, first_failed)
     except _core.HvdError as e:
         if spark.error is not None:
             raise _job.JobError("%s (the Spark job failed: %s)" % (e, spark.error)) from e
