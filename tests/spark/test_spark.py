@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The Spark integration end to end (label spark): examples/spark's application on a real
-Spark cluster on loopback (local-cluster mode: a master, 2 workers and 2 executor JVMs),
-started from the pyspark package's spark-submit.
+"""The Spark integration end to end (label spark): examples/spark's application (over
+org.hvdbridge.spark.HorovodSpark in hvd-bridge.jar) on a real Spark cluster on loopback
+(local-cluster mode: a master, 2 workers and 2 executor JVMs), started from the pyspark
+package's spark-submit with hvd-bridge.jar as the only --jars.
 
   1. 4 ranks over 2 executors: results in rank order, each rank a descendant of an executor
      JVM (CoarseGrainedExecutorBackend) whose embedded task service ran orted, 2 ranks in
@@ -10,7 +11,8 @@ started from the pyspark package's spark-submit.
 and after each application, no process of it is left (its processes carry a marker in their
 environment, looked for in /proc).
 
-Exits 77 (skip) with the reason when Java, the JNI layer, pyspark or mpirun is missing.
+Exits 77 (skip) with the reason when Java, the JNI layer (or its Spark classes), pyspark or
+mpirun is missing.
 """
 import argparse
 import glob
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import hvdtest  # noqa: E402
@@ -67,7 +70,8 @@ def await_no_marked(marker, seconds, output):
 
 
 def build_example(args, spark_home, work):
-    """The example's jar: the one CMake built, else compiled here."""
+    """The example's jar: the one CMake built, else compiled here against Spark's jars and
+    hvd-bridge.jar."""
     if args.example_jar and os.path.isfile(args.example_jar):
         return args.example_jar
     classes = os.path.join(work, "example-classes")
@@ -127,6 +131,11 @@ def spark_submit(args, spark_home, example_jar, work, marker, app_args, timeout)
     return rc, out, took
 
 
+def has_spark_classes(jar):
+    with zipfile.ZipFile(jar) as z:
+        return "org/hvdbridge/spark/HorovodSpark.class" in z.namelist()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="the hvd binaries (hvd-rsh, hvd-exec)")
@@ -150,6 +159,8 @@ def main():
         skip("no JDK (java, javac, jar) on this machine")
     if not args.jar or not os.path.isfile(args.jar):
         skip("hvd-bridge.jar was not built (no JDK or JNI headers when CMake ran)")
+    if not has_spark_classes(args.jar):
+        skip("hvd-bridge.jar has no org.hvdbridge.spark (Spark's jars were not found when CMake ran)")
     if not shutil.which("mpirun"):
         skip("mpirun (Open MPI) is not installed")
     spark_home = find_spark_home()
