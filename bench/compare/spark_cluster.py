@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 sys.path.insert(0, os.path.join(REPO, "tests", "spark"))
 import hvdtest  # noqa: E402
-import test_spark  # noqa: E402  (find_spark_home, private_spark_home)
+import sparktest  # noqa: E402  (find_spark_home, private_spark_home)
 
 TRIVIAL_ENTRY_C = r'''
 #include <stdio.h>
@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=900)
     a = ap.parse_args()
 
-    spark_home = test_spark.find_spark_home()
+    spark_home = sparktest.find_spark_home()
     if not spark_home:
         print("spark_cluster: no Spark (install pyspark: scripts/install-spark.sh)", file=sys.stderr)
         return 2
@@ -75,7 +75,7 @@ def main():
         f.write(TRIVIAL_ENTRY_C)
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", os.path.join(REPO, "include"), "-o", so, src],
                    check=True)
-    home = test_spark.private_spark_home(spark_home, work)
+    home = sparktest.private_spark_home(spark_home, work)
     marker = "compare-" + uuid.uuid4().hex[:12]
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", HVD_BIN_DIR=os.path.abspath(a.bin),
                PYSPARK_PYTHON=a.python, PYSPARK_DRIVER_PYTHON=a.python, **{hvdtest.MARKER_VAR: marker})

@@ -16,7 +16,6 @@ mpirun is missing.
 """
 import argparse
 import glob
-import importlib.util
 import os
 import re
 import shutil
@@ -27,8 +26,11 @@ import time
 import uuid
 import zipfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+sys.path.insert(0, HERE)
 import hvdtest  # noqa: E402
+import sparktest  # noqa: E402
 from hvdtest import skip  # noqa: E402
 
 
@@ -37,28 +39,6 @@ def fail(why, output=None):
         print("---- output ----\n" + output[-20000:] + "\n----------------")
     print("FAIL: " + why)
     sys.exit(1)
-
-
-def find_spark_home():
-    """SPARK_HOME if it looks like Spark, else the installed pyspark package (pip)."""
-    def ok(d):
-        return d and os.path.isfile(os.path.join(d, "bin", "spark-submit")) and \
-            glob.glob(os.path.join(d, "jars", "spark-core_*.jar"))
-    if ok(os.environ.get("SPARK_HOME")):
-        return os.environ["SPARK_HOME"]
-    spec = importlib.util.find_spec("pyspark")
-    if spec and spec.origin and ok(os.path.dirname(spec.origin)):
-        return os.path.dirname(spec.origin)
-    for py in ("python3", "python"):  # pip may have installed it for another interpreter
-        exe = shutil.which(py)
-        if not exe or os.path.realpath(exe) == os.path.realpath(sys.executable):
-            continue
-        r = subprocess.run([exe, "-c", "import importlib.util, os; "
-                            "print(os.path.dirname(importlib.util.find_spec('pyspark').origin))"],
-                           capture_output=True, text=True)
-        if r.returncode == 0 and ok(r.stdout.strip()):
-            return r.stdout.strip()
-    return None
 
 
 def await_no_marked(marker, seconds, output):
@@ -86,17 +66,6 @@ def build_example(args, spark_home, work):
     jar = os.path.join(work, "hvd-bridge-spark-example.jar")
     subprocess.run([args.jar_tool, "cf", jar, "-C", classes, "."], check=True)
     return jar
-
-
-def private_spark_home(spark_home, work):
-    """A SPARK_HOME of links into the installed one: local-cluster workers keep their
-    application directories in $SPARK_HOME/work, which must not grow in the package."""
-    home = os.path.join(work, "spark-home")
-    os.makedirs(home)
-    for d in ("bin", "sbin", "jars", "conf"):
-        if os.path.isdir(os.path.join(spark_home, d)):
-            os.symlink(os.path.join(spark_home, d), os.path.join(home, d))
-    return home
 
 
 def spark_submit(args, spark_home, example_jar, work, marker, app_args, timeout):
@@ -163,7 +132,7 @@ def main():
         skip("hvd-bridge.jar has no org.hvdbridge.spark (Spark's jars were not found when CMake ran)")
     if not shutil.which("mpirun"):
         skip("mpirun (Open MPI) is not installed")
-    spark_home = find_spark_home()
+    spark_home = sparktest.find_spark_home()
     if not spark_home:
         skip("pyspark is not installed (run scripts/install-spark.sh) and SPARK_HOME is not set")
     print("Spark from %s" % spark_home)
@@ -172,7 +141,7 @@ def main():
     t_start = time.time()
     try:
         example_jar = build_example(args, spark_home, work)
-        spark_home = private_spark_home(spark_home, work)
+        spark_home = sparktest.private_spark_home(spark_home, work)
         probe = "%s:jvm_probe" % args.jvm_probe
         common = ["--np", "4", "--executors", "2", "--host-hash-per-executor", "--start-timeout", "60",
                   "--timeout", "60", "--entry", probe]
