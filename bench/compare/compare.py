@@ -341,7 +341,7 @@ class Compare:
     # ---------- 2. Spark ----------
     def spark(self):
         cmd = [sys.executable, os.path.join(HERE, "spark_cluster.py"), "--bin", self.bin,
-               "--python", self.a.python, "--jar", self.a.jar, "--example-jar", self.a.example_jar,
+               "--python", self.a.python, "--jar", self.a.jar,
                "--tasks", ",".join(map(str, self.a.spark_tasks)), "--runs", str(self.a.runs),
                "--out", os.path.join(self.work, "spark.json")]
         log("spark: " + " ".join(cmd))
@@ -423,9 +423,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin"))
     ap.add_argument("--python", required=True, help="the virtual environment's python (horovod, pyspark)")
-    ap.add_argument("--jar", default=os.path.join(REPO, "build", "lib", "hvd-bridge.jar"))
-    ap.add_argument("--example-jar", default=os.path.join(REPO, "build", "examples", "spark",
-                                                          "hvd-bridge-spark-example.jar"))
+    ap.add_argument("--jar", default=os.path.join(REPO, "build", "lib", "hvd-bridge.jar"),
+                    help="hvd-bridge.jar, built with Spark's jars (org.hvdbridge.spark.HorovodSpark)")
     ap.add_argument("--measures", default="launch,rss,spark,stream")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per cell (default 5)")
     ap.add_argument("--rss-runs", type=int, default=3)

@@ -4,8 +4,10 @@ local-cluster[2,4,1024]: a master, 2 workers, 2 executor JVMs of 4 cores, all on
 with the virtual environment's python on the driver and the executors, and checks that
 nothing of it is left afterwards. Used by compare.py (measure "spark").
 
-  spark_cluster.py --bin BIN --python VENV_PY --jar hvd-bridge.jar
-                   --example-jar hvd-bridge-spark-example.jar --tasks 2,4,8 --runs 5 --out F
+  spark_cluster.py --bin BIN --python VENV_PY --jar hvd-bridge.jar --tasks 2,4,8 --runs 5 --out F
+
+hvd-bridge.jar (the only --jars) must have org.hvdbridge.spark.HorovodSpark: CMake puts it in
+when it finds Spark's jars.
 """
 import argparse
 import os
@@ -14,13 +16,14 @@ import sys
 import tempfile
 import time
 import uuid
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 sys.path.insert(0, os.path.join(REPO, "tests", "spark"))
 import hvdtest  # noqa: E402
-import test_spark  # noqa: E402  (find_spark_home, private_spark_home)
+import sparktest  # noqa: E402  (find_spark_home, private_spark_home)
 
 TRIVIAL_ENTRY_C = r'''
 #include <stdio.h>
@@ -45,20 +48,24 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--python", required=True)
     ap.add_argument("--jar", required=True)
-    ap.add_argument("--example-jar", required=True)
     ap.add_argument("--tasks", default="2,4,8")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout", type=int, default=900)
     a = ap.parse_args()
 
-    spark_home = test_spark.find_spark_home()
+    spark_home = sparktest.find_spark_home()
     if not spark_home:
         print("spark_cluster: no Spark (install pyspark: scripts/install-spark.sh)", file=sys.stderr)
         return 2
-    for f in (a.jar, a.example_jar):
-        if not os.path.isfile(f):
-            print("spark_cluster: %s is missing (build with the JNI layer: Java 17 and CMake)" % f,
+    if not os.path.isfile(a.jar):
+        print("spark_cluster: %s is missing (build with the JNI layer: Java 17 and CMake)" % a.jar,
+              file=sys.stderr)
+        return 2
+    with zipfile.ZipFile(a.jar) as z:
+        if "org/hvdbridge/spark/HorovodSpark.class" not in z.namelist():
+            print("spark_cluster: %s has no org.hvdbridge.spark.HorovodSpark (Spark's jars were not "
+                  "found when CMake ran: run scripts/install-spark.sh, then cmake again)" % a.jar,
                   file=sys.stderr)
             return 2
     work = tempfile.mkdtemp(prefix="hvd-compare-spark.")
@@ -68,7 +75,7 @@ def main():
         f.write(TRIVIAL_ENTRY_C)
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", os.path.join(REPO, "include"), "-o", so, src],
                    check=True)
-    home = test_spark.private_spark_home(spark_home, work)
+    home = sparktest.private_spark_home(spark_home, work)
     marker = "compare-" + uuid.uuid4().hex[:12]
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", HVD_BIN_DIR=os.path.abspath(a.bin),
                PYSPARK_PYTHON=a.python, PYSPARK_DRIVER_PYTHON=a.python, **{hvdtest.MARKER_VAR: marker})
@@ -80,7 +87,7 @@ def main():
            "--conf", "spark.local.dir=" + os.path.join(work, "local"),
            "--conf", "spark.executorEnv.HVD_BIN_DIR=" + os.path.abspath(a.bin),
            "--conf", "spark.executor.extraLibraryPath=" + os.path.dirname(os.path.abspath(a.jar)),
-           "--jars", "%s,%s" % (os.path.abspath(a.jar), os.path.abspath(a.example_jar)),
+           "--jars", os.path.abspath(a.jar),
            os.path.join(HERE, "spark_app.py"), os.path.abspath(a.out), os.path.abspath(a.bin), so,
            a.tasks, str(a.runs)]
     t0 = time.time()

@@ -2,9 +2,10 @@
  * which JVM the rank descends from, so a test can check that each rank runs inside the task
  * service embedded in that JVM (a test JVM, or a Spark executor).
  *
- * Result: "rank=R size=S local_rank=L task=T pid=P jvm=J executor=E marker=M" where J is the
- * nearest ancestor whose comm is "java" (-1: none), E is 1 when J's command line names a
- * Spark executor (CoarseGrainedExecutorBackend), and M is $HVD_TEST_MARKER.
+ * Result: "rank=R size=S local_rank=L task=T pid=P jvm=J executor=E gpus=G marker=M" where J
+ * is the nearest ancestor whose comm is "java" (-1: none), E is 1 when J's command line names
+ * a Spark executor (CoarseGrainedExecutorBackend), G is ctx->gpus joined by commas (the GPUs
+ * of the rank's task, maybe empty) and M is $HVD_TEST_MARKER.
  * The argument is a list of words: "fail=R" makes rank R fail with an error text,
  * "sleep=S" makes every rank sleep S seconds first. */
 #include <stdio.h>
@@ -69,14 +70,21 @@ int jvm_probe(const hvd_entry_ctx *ctx, hvd_entry_result *out) {
     }
     int executor;
     int jvm = find_jvm(&executor);
+    char gpus[128] = "";
+    for (size_t i = 0; i < ctx->ngpus; i++) {
+        size_t used = strlen(gpus);
+        snprintf(gpus + used, sizeof gpus - used, "%s%s", i ? "," : "", ctx->gpus[i]);
+    }
     const char *marker = getenv("HVD_TEST_MARKER");
     char *buf = malloc(512);
     if (!buf) return 1;
     int len = snprintf(buf, 512,
-                       "rank=%d size=%d local_rank=%d task=%d pid=%d jvm=%d executor=%d "
+                       "rank=%d size=%d local_rank=%d task=%d pid=%d jvm=%d executor=%d gpus=%s "
                        "marker=%s",
                        ctx->rank, ctx->size, ctx->local_rank, ctx->task_index, (int)getpid(), jvm,
-                       executor, marker ? marker : "");
+                       executor, gpus, marker ? marker : "");
+    if (len < 0) len = 0;
+    if (len > 511) len = 511; /* cut (a very long marker) */
     out->data = (uint8_t *)buf;
     out->len = (size_t)len;
     return 0;

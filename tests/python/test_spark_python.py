@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, os.path.join(HERE, "..", "spark"))
 import hvdtest  # noqa: E402
-import test_spark  # noqa: E402  (find_spark_home, private_spark_home)
+import sparktest  # noqa: E402  (find_spark_home, private_spark_home, StandaloneCluster)
 from hvdtest import Failure, check  # noqa: E402
 
 ARGS = None
@@ -47,7 +46,7 @@ class App:
 
     def __init__(self, spark_home):
         self.work = tempfile.mkdtemp(prefix="hvd-pyspark-test.")
-        self.home = test_spark.private_spark_home(spark_home, self.work)
+        self.home = sparktest.private_spark_home(spark_home, self.work)
         self.tmp = os.path.join(self.work, "tmp")
         os.makedirs(self.tmp)
         self.marker = "pyspark-" + uuid.uuid4().hex[:12]
@@ -127,13 +126,6 @@ def test_local_cluster():
         app.finish(output)
 
 
-def start_daemon(app, cls, args, log):
-    cmd = [os.path.join(app.home, "bin", "spark-class"), cls] + args
-    with open(log, "w") as f:
-        return subprocess.Popen(cmd, env=app.env, cwd=app.work, stdin=subprocess.DEVNULL,
-                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def check_gpus(cases):
     """Each task's Spark GPU (a fake one: the discovery script offers 0 and 1 on each of the
     two workers, one per task) is its rank's, as CUDA_VISIBLE_DEVICES and HVD_GPUS: four ranks,
@@ -148,48 +140,20 @@ def check_gpus(cases):
 
 def test_standalone():
     app = App(ARGS.spark_home)
-    secret = uuid.uuid4().hex
-    gpus = os.path.join(app.work, "gpus.sh")  # Spark's resource discovery: two GPUs per worker
-    with open(gpus, "w") as f:
-        f.write('#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n')
-    os.chmod(gpus, 0o755)
-    auth = ("-Dspark.authenticate=true -Dspark.authenticate.secret=%s "
-            "-Dspark.worker.resource.gpu.amount=2 -Dspark.worker.resource.gpu.discoveryScript=%s"
-            % (secret, gpus))
-    app.env.update(SPARK_MASTER_OPTS=auth, SPARK_WORKER_OPTS=auth,
-                   SPARK_WORKER_DIR=os.path.join(app.work, "worker"))
-    port, ui = hvdtest.free_port(), hvdtest.free_port()
-    daemons = [start_daemon(app, "org.apache.spark.deploy.master.Master",
-                            ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
-                            os.path.join(app.work, "master.log"))]
     output = ""
     try:
-        hvdtest.wait_for(lambda: hvdtest.port_open("127.0.0.1", port), 60, "the Spark master")
-        master = "spark://127.0.0.1:%d" % port
-        for i in range(2):
-            daemons.append(start_daemon(app, "org.apache.spark.deploy.worker.Worker",
-                                        ["--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
-                                         "--webui-port", str(hvdtest.free_port()), master],
-                                        os.path.join(app.work, "worker%d.log" % i)))
-        rc, cases, output = app.run(master, ["spark.authenticate=true",
-                                             "spark.authenticate.secret=" + secret,
-                                             "spark.executor.cores=2",
-                                             "spark.executor.memory=512m",
-                                             "spark.executor.resource.gpu.amount=2",
-                                             "spark.executor.resource.gpu.discoveryScript=" + gpus,
-                                             "spark.task.resource.gpu.amount=1"])
-        check_cases(rc, cases, output)
-        check_gpus(cases)
+        with sparktest.StandaloneCluster(app.home, app.work, app.env, gpus=["0", "1"]) as cluster:
+            rc, cases, output = app.run(cluster.master, cluster.confs())
+            check_cases(rc, cases, output)
+            check_gpus(cases)
     finally:
-        for d in daemons:
-            hvdtest.stop(d, 15, sig=15)
         app.finish(output)
 
 
 def main():
     global ARGS
     ARGS = hvdtest.package_test_args(("mpirun", "java"), ("cloudpickle", "pyspark"))
-    ARGS.spark_home = test_spark.find_spark_home()
+    ARGS.spark_home = sparktest.find_spark_home()
     if not ARGS.spark_home:
         hvdtest.skip("no Spark (scripts/install-spark.sh)")
     return hvdtest.run_cases(hvdtest.cases_in(globals()), ARGS.cases)

@@ -29,7 +29,12 @@ public final class EntryPoint {
         this.arg = arg;
     }
 
-    /** A program and its arguments; every rank runs it (found in PATH on the executor). */
+    /**
+     * A program and its arguments; every rank runs it (found in PATH on the executor). A
+     * program returns no result bytes ({@link RankResult#text()} is empty): its result is its
+     * exit status and, on failure, an error text ending with the last line it wrote to stderr.
+     * Result bytes come from a {@linkplain #sharedObject shared object}.
+     */
     public static EntryPoint command(String... argv) {
         Text.requireStrings(argv, "the entry point command");
         if (argv.length == 0 || argv[0].isEmpty())

@@ -16,6 +16,8 @@ import java.util.stream.Stream;
 
 import org.apache.spark.BarrierTaskContext;
 import org.apache.spark.SparkEnv;
+import org.apache.spark.TaskContext;
+import org.apache.spark.resource.ResourceInformation;
 import org.hvdbridge.HvdException;
 import org.hvdbridge.RankResult;
 import org.hvdbridge.TaskService;
@@ -27,6 +29,7 @@ import scala.collection.Iterator;
  * {@code _task_fn}): starts the JNI task service for the task's partition index, registers
  * with the driver service, lives until the job ends (running orted if it is the first task
  * of its host hash), and fails the Spark task with its rank's error text if that rank failed.
+ * The task's Spark GPUs (its "gpu" resource) become its rank's GPUs.
  *
  * <p>The job secret is a field of this closure: it travels to the executors inside the
  * serialized task, like Horovod's. Enable Spark's RPC encryption
@@ -82,6 +85,8 @@ final class TaskFunction implements scala.Function1<Iterator<Integer>, Iterator<
             for (Map.Entry<String, String> e : env.entrySet())
                 c.env(e.getKey(), e.getValue());
             if (nics != null) c.nics(nics);
+            String[] gpus = gpusOf(ctx);
+            if (gpus != null) c.gpus(gpus);
             try (TaskService t = TaskService.start(c)) {
                 String ended = null;
                 int code = -1;
@@ -153,6 +158,17 @@ final class TaskFunction implements scala.Function1<Iterator<Integer>, Iterator<
         } finally {
             if (interrupted) Thread.currentThread().interrupt();
         }
+    }
+
+    /*
+     * The GPU addresses Spark gave this task (spark.task.resource.gpu.amount), or null when it
+     * has none: then the task service takes CUDA_VISIBLE_DEVICES, as without Spark. hvd-exec
+     * gives them to the task's rank as HVD_GPUS and CUDA_VISIBLE_DEVICES (ctx->gpus of a
+     * shared-object entry point).
+     */
+    private static String[] gpusOf(TaskContext ctx) {
+        ResourceInformation gpu = ctx.resourcesJMap().get("gpu");
+        return gpu != null && gpu.addresses().length > 0 ? gpu.addresses() : null;
     }
 
     private static String sanitize(String s) {
