@@ -15,6 +15,7 @@
 #include "common/loop.h"
 #include "common/strv.h"
 #include "driver_internal.h"
+#include "hvd/defaults.h"
 
 /* Threads that tell the tasks at once (1024 tasks: 64 rounds of connect + call). */
 #define NOTIFY_THREADS  16
@@ -75,6 +76,7 @@ static void *notify_worker(void *arg) {
             .naddrs = tasks[i].addrs.n,
             .probe_timeout_ms = min_ms(left, NOTIFY_PROBE_MS),
             .io_timeout_ms = min_ms(left, NOTIFY_IO_MS),
+            .stagger_ms = HVD_CONNECT_STAGGER_MS,
         };
         hvd_err err = {0};
         hvd_client *c = hvd_client_connect(&cc, &err);

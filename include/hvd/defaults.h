@@ -26,6 +26,15 @@
 /* A stopped job's mpirun gets SIGTERM, and SIGKILL this much later. */
 #define HVD_MPIRUN_KILL_DELAY_MS 10000
 
+/* Clients that reach a service at one of several addresses (the driver's, a task's) start the
+ * next address only when none of the started ones connected within this long or all failed:
+ * a service on this machine or a LAN then does one handshake per client, not one per address
+ * (hvd_client_config.stagger_ms). */
+#define HVD_CONNECT_STAGGER_MS 100
+/* How often the rank bootstrap and hvd-rsh try to reach the driver or a task when the service
+ * does not finish the handshake in time (a service on a machine busy starting 1000 ranks). */
+#define HVD_CONNECT_ATTEMPTS 3
+
 /* Where hvd-rsh, hvd-exec and hvd-task are (default: next to the running program). */
 #define HVD_BIN_DIR_ENV "HVD_BIN_DIR"
 
