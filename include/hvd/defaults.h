@@ -35,6 +35,13 @@
  * does not finish the handshake in time (a service on a machine busy starting 1000 ranks). */
 #define HVD_CONNECT_ATTEMPTS 3
 
+/* Descriptors a driver of N tasks may hold at once: N * PER_TASK + BASE. Measured with 1024
+ * tasks on 256 hosts: 3314 sockets at the peak of the launch (a long-poll per task, every
+ * rank's calls, the agents' connections), plus hvd-driver's handles of local tasks.
+ * hvd-driver raises its soft RLIMIT_NOFILE to it; the library warns when the limit is lower. */
+#define HVD_DRIVER_FDS_PER_TASK 4
+#define HVD_DRIVER_FDS_BASE     256
+
 /* Where hvd-rsh, hvd-exec and hvd-task are (default: next to the running program). */
 #define HVD_BIN_DIR_ENV "HVD_BIN_DIR"
 
