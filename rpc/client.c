@@ -34,6 +34,7 @@ struct hvd_client {
     msgpack_sbuffer sb;
     size_t sealed_len; /* of the frame being read; 0 while reading its header */
     uint64_t next_id;
+    bool confirm_due; /* the service's confirmation has not been read yet (see connect_any) */
 };
 
 static void disconnect(hvd_client *c) {
@@ -44,6 +45,7 @@ static void disconnect(hvd_client *c) {
     hvd_buf_free(&c->in);
     hvd_buf_free(&c->out);
     c->sealed_len = 0;
+    c->confirm_due = false;
 }
 
 /* ---- Blocking I/O with deadlines ---------------------------------------------------------- */
@@ -87,6 +89,27 @@ static int recv_at_least(int fd, hvd_buf *in, size_t n, int64_t deadline, hvd_er
         if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
         return hvd_err_set(err, HVD_E_IO, "recv: %s", strerror(errno));
     }
+    return 0;
+}
+
+/* Reads the service's confirmation of the handshake (an empty sealed frame), which comes
+ * before the reply to the first request sent right after the proof. Returns 0, or -1 with
+ * err. */
+static int read_confirm(hvd_client *c, int64_t deadline, hvd_err *err) {
+    size_t sealed, plen;
+    if (recv_at_least(c->fd, &c->in, HVD_FRAME_HDR + HVD_TAG_LEN, deadline, err) != 0) {
+        if (err && err->code == HVD_E_IO)
+            hvd_err_set(err, HVD_E_AUTH,
+                        "the service rejected our proof of the job secret: is the secret "
+                        "(" HVD_SECRET_ENV ") the same on both sides?");
+        return -1;
+    }
+    uint8_t *frame = c->in.data + c->in.off;
+    if (hvd_frame_header(frame, c->cfg.max_frame, &sealed, err) != 0 || sealed != HVD_TAG_LEN ||
+        hvd_frame_open(&c->rx, frame, sealed, &plen, err) != 0)
+        return hvd_err_set(err, HVD_E_AUTH, "the service's confirmation did not authenticate");
+    hvd_buf_consume(&c->in, HVD_FRAME_HDR + HVD_TAG_LEN);
+    c->confirm_due = false;
     return 0;
 }
 
@@ -357,10 +380,14 @@ static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
             if (!pfds[j].revents) continue;
             probe *p = &ps[live[j]];
             probe_step(c, p);
-            if (p->state == PR_DONE) winner = p;
+            /* Once our proof is sent the service has proven itself (its challenge carried
+             * its proof): requests may follow the proof at once, saving a round trip, and
+             * the confirmation is read before the first reply. */
+            if (p->state == PR_DONE || p->state == PR_CONFIRM) winner = p;
         }
     }
     if (winner) {
+        c->confirm_due = winner->state == PR_CONFIRM;
         c->fd = winner->fd;
         c->cur = winner->idx;
         c->rx = winner->rx;
@@ -491,6 +518,9 @@ static int read_for(hvd_client *c, uint64_t id, int64_t deadline, const hvd_msg_
     uint8_t *payload;
     size_t plen, flen;
     *remote = 0;
+    /* The confirmation counts as a frame of its own, so that a caller that waits for data
+     * (and for an interrupt) between frames goes back to waiting after it. */
+    if (c->confirm_due) return read_confirm(c, deadline, err) == 0 ? GOT_OTHER : -1;
     if (read_frame(c, deadline, &payload, &plen, &flen, err) != 0) return -1;
     hvd_envelope env;
     int rc = GOT_OTHER;
