@@ -24,6 +24,7 @@
 #include "common/proc.h"
 #include "common/sig.h"
 #include "common/strv.h"
+#include "hvd/defaults.h"
 #include "hvd/entry.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
@@ -64,6 +65,8 @@ typedef struct rank_info {
     const char *host_hash;
     uint32_t index;
     hvd_task_info task;
+    hvd_client *driver; /* kept from fetching the job to reporting its result */
+    hvd_secret secret;
 } rank_info;
 
 static int env_int(const char *a, const char *b, int *out) {
@@ -335,6 +338,23 @@ static int run_object(const rank_info *ri, const hvd_code_msg *code, int *status
 
 /* ---- Reporting ----------------------------------------------------------------------------- */
 
+/* The rank's task service, at the addresses its entry gave (no round trip to the driver),
+ * else at those the driver gives now. */
+static hvd_client *task_connect(const rank_info *ri, hvd_err *err) {
+    char name[HVD_SERVICE_NAME_MAX];
+    hvd_task_service_name(ri->index, name);
+    hvd_client_config cc = {.service = name,
+                            .secret = ri->secret,
+                            .addrs = ri->task.addrs.v,
+                            .naddrs = ri->task.addrs.n,
+                            .stagger_ms = HVD_CONNECT_STAGGER_MS};
+    hvd_client *c = cc.naddrs ? hvd_client_connect(&cc, err) : NULL;
+    hvd_secret_wipe(&cc.secret);
+    return c ? c : hvd_task_connect(ri->driver, &ri->secret, ri->index, err);
+}
+
+/* Hands the result to the driver (on the connection kept since the start: a call with
+ * HVD_CALL_RETRY reconnects if the driver closed it meanwhile) and to the rank's task. */
 static void report(const rank_info *ri, int status, const uint8_t *data, size_t len,
                    const char *error) {
     hvd_result_msg r = {.rank = ri->rank,
@@ -344,25 +364,16 @@ static void report(const rank_info *ri, int status, const uint8_t *data, size_t 
                         .result = {(uint8_t *)data, len},
                         .error = error && *error ? (char *)error : NULL};
     hvd_err err;
-    hvd_secret secret;
-    hvd_client *driver = hvd_driver_connect_env(&secret, &err);
-    if (!driver) {
-        fprintf(stderr, "hvd-exec: rank %d: cannot report the result to the driver: %s\n", ri->rank,
-                err.msg);
-        return;
-    }
-    if (hvd_client_call(driver, &hvd_report_result_desc, &r, &hvd_ack_desc, NULL, 0, HVD_CALL_RETRY,
-                        &err) != 0)
+    if (hvd_client_call(ri->driver, &hvd_report_result_desc, &r, &hvd_ack_desc, NULL, 0,
+                        HVD_CALL_RETRY, &err) != 0)
         fprintf(stderr, "hvd-exec: rank %d: the driver did not take the result: %s\n", ri->rank,
                 err.msg);
-    hvd_client *task = hvd_task_connect(driver, &secret, ri->index, &err);
+    hvd_client *task = task_connect(ri, &err);
     if (!task || hvd_client_call(task, &hvd_register_result_desc, &r, &hvd_ack_desc, NULL, 0,
                                  HVD_CALL_RETRY, &err) != 0)
         fprintf(stderr, "hvd-exec: rank %d: task %u did not take the result: %s\n", ri->rank,
                 ri->index, err.msg);
     hvd_client_close(task);
-    hvd_client_close(driver);
-    hvd_secret_wipe(&secret);
 }
 
 /* ---- The rank's life --------------------------------------------------------------------- */
@@ -386,10 +397,12 @@ static int rank_from_env(rank_info *ri) {
 }
 
 /* Tells the driver which rank this is, learns its task and the task's entry (GPUs, work
- * dir), and fetches the job's entry point. Returns 0, or the exit status. */
+ * dir), and fetches the job's entry point. The connection stays open for the report: an
+ * entry that runs longer than the driver's idle timeout finds it closed, and the report
+ * reconnects. Returns 0, or the exit status. */
 static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     hvd_err err;
-    hvd_client *driver = hvd_driver_connect_env(NULL, &err);
+    hvd_client *driver = ri->driver = hvd_driver_connect_env(&ri->secret, &err);
     if (!driver) return fail("%s", err.msg);
     hvd_local_rank_msg lr = {.host_hash = (char *)ri->host_hash,
                              .local_rank = (uint32_t)ri->local_rank,
@@ -405,7 +418,6 @@ static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     if (rc == 0)
         rc = hvd_client_call(driver, &hvd_code_req_desc, NULL, &hvd_code_desc, code, 0,
                              HVD_CALL_RETRY, &err);
-    hvd_client_close(driver); /* the entry point may run for days: reconnect to report */
     return rc == 0 ? 0 : fail("%s", err.msg);
 }
 
@@ -442,6 +454,8 @@ int main(int argc, char **argv) {
     int rc = rank_from_env(&ri);
     if (rc == 0) rc = fetch_job(&ri, &code);
     if (rc != 0) {
+        hvd_client_close(ri.driver);
+        hvd_secret_wipe(&ri.secret);
         hvd_msg_free(&hvd_task_info_desc, &ri.task);
         return rc;
     }
@@ -457,6 +471,8 @@ int main(int argc, char **argv) {
     int status = run_entry(&ri, &code, sig_fd, &res);
     if (status != 0) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
     report(&ri, status, res.data, res.len, res.error);
+    hvd_client_close(ri.driver);
+    hvd_secret_wipe(&ri.secret);
     free(res.data);
     hvd_msg_free(&hvd_code_desc, &code);
     hvd_msg_free(&hvd_task_info_desc, &ri.task);
