@@ -55,6 +55,10 @@ int hvd_rsh_rpc_run(const char *host, const char *command, int interrupt_fd, int
     }
     uint32_t index = hi.indices.v[0];
     task = hvd_task_connect(driver, &secret, index, err);
+    /* The driver is not needed while the command runs: a job of H hosts would otherwise hold
+     * H idle connections at the driver for its whole length. */
+    hvd_client_close(driver);
+    driver = NULL;
     if (!task) {
         hvd_err_prefix(err, "task %u: ", index);
         goto out;
