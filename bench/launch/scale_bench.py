@@ -10,6 +10,9 @@ the same mpirun, the same host names and the same rank program:
             $HVD_MPIRUN_ARGS ... $HVD_EXEC` is timed: each rank is hvd-exec, which maps its
             rank to a task, fetches the entry point from the driver and runs STAMP, then
             reports its result to the driver.
+  hvd-rsh-agent  the same services and agent, but the rank program is STAMP itself, not
+            hvd-exec: the agent path alone (what launch_bench.py times), without the rank
+            bootstrap; the driver's figures are not taken for it.
   pass      a minimal pass-through agent (launch_bench.py's: skips ssh options and the host,
             one TMPDIR per host, Open MPI's session directory in /dev/shm per host as a task
             service gives its command, exec /bin/sh -c "<words>"); the rank program is STAMP.
@@ -73,7 +76,7 @@ int main(int argc, char **argv) {
 }
 '''
 
-ARMS = ["hvd-rsh", "pass"]
+ARMS = ["hvd-rsh", "pass", "hvd-rsh-agent"]
 
 
 def log(*a):
@@ -175,7 +178,7 @@ class Bench:
         st = read_stamps(stamps)
         return t0, t1, rc, out.decode(errors="replace"), st
 
-    def run_hvd(self, h, s, d, rec):
+    def run_hvd(self, h, s, d, rec, exec_ranks=True):
         n = h * s
         names = ["fakehost%03d" % k for k in range(h)]
         stamps = os.path.join(d, "stamps")
@@ -206,8 +209,13 @@ class Bench:
             samp.start()
             env = dict(self.base_env, HVD_DRIVER_ADDRS=vals["HVD_DRIVER_ADDRS"],
                        HVD_SECRET_FILE=vals["HVD_SECRET_FILE"], HVD_RSH_VERBOSE="1")
-            cmd = self.mpirun_cmd(n, vals["HVD_HOSTS"], vals["HVD_RSH"], [vals["HVD_EXEC"]])
+            prog = [vals["HVD_EXEC"]] if exec_ranks else [self.stamp, stamps]
+            cmd = self.mpirun_cmd(n, vals["HVD_HOSTS"], vals["HVD_RSH"], prog)
             t0, t1, rc, out, st = self.timed_mpirun(cmd, env, d, stamps)
+            if not exec_ranks:  # no rank reports to this driver: stop it, take no figures
+                samp.stop_ev.set()
+                samp.join()
+                return t0, t1, rc, out, st
             # serve exits once every result is in; its rusage is the driver's whole life
             deadline = time.time() + 60
             ru = None
@@ -280,7 +288,10 @@ class Bench:
         d = tempfile.mkdtemp(dir=self.work, prefix="run.")
         rec = {"arm": arm, "hosts": h, "slots": s, "round": rnd, "load": loadavg()}
         try:
-            t0, t1, rc, out, st = self.run_hvd(h, s, d, rec) if arm == "hvd-rsh" else self.run_pass(h, s, d)
+            if arm == "pass":
+                t0, t1, rc, out, st = self.run_pass(h, s, d)
+            else:
+                t0, t1, rc, out, st = self.run_hvd(h, s, d, rec, exec_ranks=arm == "hvd-rsh")
         except Exception as e:  # a failed set-up fails the run, not the benchmark
             t0, t1, rc, out, st = 0, 0, 126, repr(e), []
         n = h * s
@@ -312,9 +323,10 @@ class Bench:
                                   if l.startswith("model name")), "?")
         self.build()
         t_start = time.time()
+        arms = [x for x in ARMS if x in self.a.arms]
         for rnd in range(self.a.runs + self.a.warmup):
             for (h, s) in self.a.sizes:
-                order = ARMS if rnd % 2 == 0 else ARMS[::-1]
+                order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
                 for arm in order:
                     self.run_one(arm, h, s, rnd - self.a.warmup)
         info["load_end"] = loadavg()
@@ -344,10 +356,15 @@ def report(res):
          % (info["date"], info["host"], info["cpu_model"], info["cpus"], info.get("mem_total_mib", 0),
             info["mpirun"], info["git"], info["runs"], "a" if info.get("warmup", 1) else "no",
             info["seconds"], info["load_start"], info["load_end"]), ""]
-    L.append("| hosts x slots = ranks | agent calls by orteds (tree spawn) | last rank in entry, hvd-rsh / pass (ms) "
-             "| hvd-rsh / pass, entry | mpirun done, hvd-rsh / pass (ms) | hvd-rsh / pass, done | driver peak RSS "
-             "(MiB) | driver CPU, whole life / during mpirun (s) | driver sockets, peak | failed runs |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    L.append("Time in ms, median (min-max) of the runs; ratios run by run against the pass run of the same "
+             "round, median (min-max).")
+    L.append("")
+    L.append("| hosts x slots = ranks | orteds started by orteds | last rank in entry: hvd-rsh + hvd-exec / "
+             "hvd-rsh + program / pass | ratio to pass: hvd-exec, program | mpirun done: hvd-rsh + hvd-exec / "
+             "hvd-rsh + program / pass | ratio to pass: hvd-exec, program | failed runs (hvd-exec / program / pass) |")
+    L.append("|---|---|---|---|---|---|---|")
+    D = ["| hosts x slots = ranks | driver peak RSS (MiB) | driver CPU, whole life (s) | driver CPU during mpirun (s) "
+         "| driver sockets, peak |", "|---|---|---|---|---|"]
     sizes = []
     for r in runs:
         if (r["hosts"], r["slots"]) not in sizes:
@@ -356,22 +373,30 @@ def report(res):
         rr = [r for r in runs if r["hosts"] == h and r["slots"] == s]
         ok = {a: [r for r in rr if r["arm"] == a and r["rc"] == 0] for a in ARMS}
         fails = {a: sum(1 for r in rr if r["arm"] == a and r["rc"] != 0) for a in ARMS}
-        ratios = {"entry_ms": [], "end_ms": []}
+        ratios = {(a, k): [] for a in ("hvd-rsh", "hvd-rsh-agent") for k in ("entry_ms", "end_ms")}
         for rnd in sorted(set(r["round"] for r in rr)):
             pair = {r["arm"]: r for r in rr if r["round"] == rnd and r["rc"] == 0}
-            if len(pair) == 2:
-                for k in ratios:
-                    ratios[k].append(pair["hvd-rsh"][k] / pair["pass"][k])
+            for (a, k), v in ratios.items():
+                if a in pair and "pass" in pair:
+                    v.append(pair[a][k] / pair["pass"][k])
         hv = ok["hvd-rsh"]
-        L.append("| %d x %d = %d | %s | %s / %s | %s | %s / %s | %s | %s | %s / %s | %s | %s |" % (
-            h, s, h * s, "/".join(sorted(set(str(r.get("agent_calls_by_orted", "?")) for r in hv))) or "-",
-            med([r["entry_ms"] for r in hv]), med([r["entry_ms"] for r in ok["pass"]]), medf(ratios["entry_ms"]),
-            med([r["end_ms"] for r in hv]), med([r["end_ms"] for r in ok["pass"]]), medf(ratios["end_ms"]),
-            medf([r["driver_hwm_mib"] for r in hv if "driver_hwm_mib" in r], "%.1f"),
+        col = lambda k: " / ".join(med([r[k] for r in ok[a]]) for a in ("hvd-rsh", "hvd-rsh-agent", "pass"))
+        L.append("| %d x %d = %d | %s | %s | %s, %s | %s | %s, %s | %s |" % (
+            h, s, h * s,
+            "/".join(sorted(set(str(r.get("agent_calls_by_orted", "?")) for r in hv + ok["hvd-rsh-agent"]))) or "-",
+            col("entry_ms"), medf(ratios[("hvd-rsh", "entry_ms")]), medf(ratios[("hvd-rsh-agent", "entry_ms")]),
+            col("end_ms"), medf(ratios[("hvd-rsh", "end_ms")]), medf(ratios[("hvd-rsh-agent", "end_ms")]),
+            "%d / %d / %d" % (fails["hvd-rsh"], fails["hvd-rsh-agent"], fails["pass"])))
+        D.append("| %d x %d = %d | %s | %s | %s | %s |" % (
+            h, s, h * s, medf([r["driver_hwm_mib"] for r in hv if "driver_hwm_mib" in r], "%.1f"),
             medf([r["driver_cpu_s"] for r in hv if "driver_cpu_s" in r], "%.2f"),
             medf([r["driver_cpu_mpirun_s"] for r in hv if "driver_cpu_mpirun_s" in r], "%.2f"),
-            med([r["driver_sockets_peak"] for r in hv if "driver_sockets_peak" in r]),
-            "%d / %d" % (fails["hvd-rsh"], fails["pass"])))
+            med([r["driver_sockets_peak"] for r in hv if "driver_sockets_peak" in r])))
+    L.append("")
+    L.append("The driver (`hvd-driver serve`, hvd-rsh + hvd-exec arm): VmHWM, CPU time from wait4 (registration, "
+             "probing, the job, shutdown) and sampled during mpirun, sockets held at most (sampled every 20 ms):")
+    L.append("")
+    L += D
     errs = [r for r in runs if r["rc"] != 0]
     if errs:
         L.append("")
@@ -383,6 +408,7 @@ def report(res):
 
 def plot(res, png):
     runs = res["runs"]
+    arms = ["hvd-rsh", "hvd-rsh-agent", "pass"]
     sizes = sorted(set((r["hosts"], r["slots"]) for r in runs))
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "scale.dat")
@@ -391,7 +417,7 @@ def plot(res, png):
                 if s != 1:
                     continue
                 row = [str(h)]
-                for arm in ARMS:
+                for arm in arms:
                     for k in ("end_ms", "entry_ms"):
                         v = [r[k] / 1000.0 for r in runs if r["hosts"] == h and r["slots"] == s and r["arm"] == arm
                              and r["rc"] == 0]
@@ -408,10 +434,11 @@ set logscale y 2
 set key top left
 set grid
 set xtics (%s)
-plot "%s" using 1:2:3:4 with yerrorlines lw 2 lc rgb "#1f77b4" title "hvd-rsh: mpirun done", \\
-     "" using 1:5:6:7 with yerrorlines lw 1 dt 2 lc rgb "#1f77b4" title "hvd-rsh: last rank in entry", \\
-     "" using 1:8:9:10 with yerrorlines lw 2 lc rgb "#ff7f0e" title "pass-through: mpirun done", \\
-     "" using 1:11:12:13 with yerrorlines lw 1 dt 2 lc rgb "#ff7f0e" title "pass-through: last rank in entry"
+plot "%s" using 1:2:3:4 with yerrorlines lw 2 lc rgb "#1f77b4" title "hvd-rsh + hvd-exec: mpirun done", \\
+     "" using 1:5:6:7 with yerrorlines lw 1 dt 2 lc rgb "#1f77b4" title "hvd-rsh + hvd-exec: last rank in entry", \\
+     "" using 1:8:9:10 with yerrorlines lw 2 lc rgb "#2ca02c" title "hvd-rsh, program as rank: mpirun done", \\
+     "" using 1:14:15:16 with yerrorlines lw 2 lc rgb "#ff7f0e" title "pass-through: mpirun done", \\
+     "" using 1:17:18:19 with yerrorlines lw 1 dt 2 lc rgb "#ff7f0e" title "pass-through: last rank in entry"
 """ % (png, ", ".join(map(str, xs)), data)
         r = subprocess.run(["gnuplot"], input=gp.encode(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         if r.returncode != 0:
@@ -436,7 +463,8 @@ def main():
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--settle", type=float, default=0.5, help="seconds between serve's env file and mpirun")
-    p.add_argument("--mpi-arg", action="append", default=[], help="extra mpirun word, both arms")
+    p.add_argument("--mpi-arg", action="append", default=[], help="extra mpirun word, every arm")
+    p.add_argument("--arms", type=lambda t: t.split(","), default=ARMS, help="default: hvd-rsh,pass,hvd-rsh-agent")
     p.add_argument("--json")
     p.add_argument("--from-json", help="report on an earlier run's JSON instead of running")
     p.add_argument("--plot", help="write the time-against-hosts plot here (gnuplot)")
