@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -941,4 +942,16 @@ void hvd_proc_free(hvd_proc *c) {
     hvd_close_fd(&c->err_fd);
     hvd_close_fd(&c->exit_fd);
     free(c);
+}
+
+long hvd_nofile_ensure(long want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+    if (rl.rlim_cur == RLIM_INFINITY) return LONG_MAX;
+    if ((long)rl.rlim_cur >= want) return (long)rl.rlim_cur;
+    rlim_t to = (rlim_t)want;
+    if (rl.rlim_max != RLIM_INFINITY && to > rl.rlim_max) to = rl.rlim_max;
+    struct rlimit nl = {to, rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &nl) == 0) rl.rlim_cur = to;
+    return (long)rl.rlim_cur;
 }

@@ -37,8 +37,10 @@ typedef struct drv_task {
     char lost_why[256];      /* what it said when it ended early (TASK_EV_ENDING), or "" */
     int lost_err;            /* the errno that broke it (ETIMEDOUT: partition) */
     uint64_t lost_seq;       /* when it was lost, in drv_registry.seq */
-    uint64_t *reach;         /* [n] when reported: reach[j] = the candidate interfaces (bits
-                                over drv_registry.cand) this task reached task j on */
+    uint32_t *probe_to;      /* the tasks this one probes in the current round, ascending */
+    uint32_t nprobe;         /* how many (0: it does not probe) */
+    uint64_t *reach;         /* [nprobe] when reported: reach[k] = the candidate interfaces
+                                (bits over drv_registry.cand) it reached probe_to[k] on */
 } drv_task;
 
 /* One host hash and the tasks registered under it. */
@@ -54,6 +56,7 @@ typedef struct drv_registry {
     drv_task *tasks;      /* [n] */
     uint32_t nregistered; /* tasks with registered = true */
     uint32_t nreported;   /* tasks with reported = true */
+    uint32_t nprobers;    /* tasks with nprobe > 0 in the current round */
     drv_host *hosts;      /* sorted by host_hash (strcmp) */
     size_t nhosts, caphosts;
     int64_t *rank_index; /* [n] rank -> task index; -1: unmapped */
@@ -102,9 +105,33 @@ int drv_reg_set_rank(drv_registry *r, const char *host_hash, uint32_t local_rank
  * Every task must be registered. */
 int drv_reg_set_cand(drv_registry *r, bool *truncated);
 
-/* Stores task m->from's reachability report as bitsets over the candidates, replacing any
- * earlier one. The caller checked that m->from is registered and every `to` is < n. Returns
- * 0, or -1 on out of memory. */
+/* True if a is an IPv4 address on one of the round's candidate interfaces: the only kind a
+ * report can count. */
+bool drv_reg_is_cand(const drv_registry *r, const hvd_addr *a);
+
+/* What drv_reg_plan decided, for log lines. */
+typedef struct drv_plan_stats {
+    uint32_t hosts;    /* host hashes */
+    uint32_t networks; /* groups of hosts that declared the same candidate addresses */
+    uint64_t pairs;    /* ordered pairs of tasks to probe */
+} drv_plan_stats;
+
+/* Plans a probing round (after drv_reg_set_cand): only the lowest task of each host hash
+ * probes (the one that runs the host's orted, whose network every rank there uses), and only
+ * other hosts. Hosts whose lowest tasks declared the same candidate addresses (ifname and
+ * IPv4 address, ports aside) form a network: a ring of probes inside it proves its members
+ * share one network stack (reaching a peer at an address that is also one's own stays on the
+ * machine), so one member's reach stands for all; the first host of each network probes the
+ * first host of every other. Hosts with their own addresses (a real cluster) are each their
+ * own network: every ordered pair of hosts is probed. Sets probe_to/nprobe and nprobers.
+ * Returns 0, or -1 on out of memory (the plan is then empty). */
+int drv_reg_plan(drv_registry *r, drv_plan_stats *st);
+
+/* Stores task m->from's reachability report as bitsets over the candidates for the tasks it
+ * was asked to probe, replacing any earlier one; entries for other tasks are ignored, and a
+ * report from a task that was asked to probe nothing is ignored as a whole (a late report of
+ * an earlier round). The caller checked that m->from is registered and every `to` is < n.
+ * Returns 0, or -1 on out of memory. */
 int drv_reg_put_reach(drv_registry *r, const hvd_reachable_msg *m);
 
 /* Stores rank m->rank's result (0 <= rank < n, checked by the caller), replacing any earlier

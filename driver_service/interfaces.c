@@ -1,7 +1,11 @@
-/* Registration complete -> every task is told (with the table of all tasks), the tasks probe
- * each other and report what they reached, and the driver computes the interface names that
- * work between every ordered pair of tasks (a full mesh; Horovod only probes a ring). Runs on
- * the launcher's thread, never on the loop thread: it makes blocking calls to the tasks. */
+/* Registration complete -> every task is told, the tasks the probe plan names probe the
+ * tasks it gives them and report what they reached, and the driver computes the interface
+ * names that work between every ordered pair of hosts. The plan (registry.c, drv_reg_plan)
+ * probes per host and per network, not per task: the lowest task of a host runs its orted,
+ * and hosts that share one network stack are probed as one (a ring proves they do), so
+ * 1024 tasks on one machine make about 1024 probes instead of a million (Horovod probes a
+ * ring of tasks). Runs on the launcher's thread, never on the loop thread: it makes blocking
+ * calls to the tasks. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +15,7 @@
 #include "common/loop.h"
 #include "common/strv.h"
 #include "driver_internal.h"
+#include "hvd/defaults.h"
 
 /* Threads that tell the tasks at once (1024 tasks: 64 rounds of connect + call). */
 #define NOTIFY_THREADS  16
@@ -35,8 +40,10 @@ static void append(char *buf, size_t len, const char *fmt, ...) {
 
 typedef struct notify_job {
     hvd_driver *d;
-    const hvd_peers_msg *peers; /* read-only, shared by the workers */
-    int64_t deadline;           /* hvd_now_ms() time, < 0: none */
+    const hvd_task_info *tasks; /* [n] the registrations (read-only, shared) */
+    const hvd_peers_msg *msgs;  /* [n] what to tell each task (read-only) */
+    uint32_t n;
+    int64_t deadline; /* hvd_now_ms() time, < 0: none */
     pthread_mutex_t mu;
     uint32_t next; /* next task to tell (under mu) */
     char **errors; /* [n]: why task i could not be told, or NULL */
@@ -48,8 +55,8 @@ static int min_ms(int64_t a, int64_t b) {
 
 static void *notify_worker(void *arg) {
     notify_job *j = arg;
-    const hvd_task_info *tasks = j->peers->tasks.v;
-    uint32_t n = (uint32_t)j->peers->tasks.n;
+    const hvd_task_info *tasks = j->tasks;
+    uint32_t n = j->n;
     for (;;) {
         pthread_mutex_lock(&j->mu);
         uint32_t i = j->next < n ? j->next++ : n;
@@ -69,22 +76,23 @@ static void *notify_worker(void *arg) {
             .naddrs = tasks[i].addrs.n,
             .probe_timeout_ms = min_ms(left, NOTIFY_PROBE_MS),
             .io_timeout_ms = min_ms(left, NOTIFY_IO_MS),
+            .stagger_ms = HVD_CONNECT_STAGGER_MS,
         };
         hvd_err err = {0};
         hvd_client *c = hvd_client_connect(&cc, &err);
-        if (!c || hvd_client_call(c, &hvd_registration_done_desc, j->peers, &hvd_ack_desc, NULL, 0,
-                                  0, &err) != 0)
+        if (!c || hvd_client_call(c, &hvd_registration_done_desc, &j->msgs[i], &hvd_ack_desc, NULL,
+                                  0, 0, &err) != 0)
             j->errors[i] = strdup(err.msg[0] ? err.msg : "failed");
         hvd_client_close(c);
     }
     return NULL;
 }
 
-/* Sends REGISTRATION_DONE to every task from a pool of threads. Returns 0, or -1 with err
- * naming the tasks that could not be told. */
-static int notify_all(hvd_driver *d, const hvd_peers_msg *peers, int64_t deadline, hvd_err *err) {
-    uint32_t n = (uint32_t)peers->tasks.n;
-    notify_job j = {.d = d, .peers = peers, .deadline = deadline};
+/* Sends task i REGISTRATION_DONE msgs[i], for every task, from a pool of threads. Returns 0,
+ * or -1 with err naming the tasks that could not be told. */
+static int notify_all(hvd_driver *d, const hvd_task_info *tasks, const hvd_peers_msg *msgs,
+                      uint32_t n, int64_t deadline, hvd_err *err) {
+    notify_job j = {.d = d, .tasks = tasks, .msgs = msgs, .n = n, .deadline = deadline};
     j.errors = calloc(n, sizeof *j.errors);
     if (!j.errors) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     pthread_mutex_init(&j.mu, NULL);
@@ -115,9 +123,8 @@ static int notify_all(hvd_driver *d, const hvd_peers_msg *peers, int64_t deadlin
                 append(msg, sizeof msg, "; and %u more", failed - named);
                 break;
             }
-            const hvd_task_info *ti = &((const hvd_task_info *)peers->tasks.v)[i];
-            append(msg, sizeof msg, "%stask %u (host %s): %s", named ? "; " : "", ti->index,
-                   ti->host_hash, j.errors[i]);
+            append(msg, sizeof msg, "%stask %u (host %s): %s", named ? "; " : "", tasks[i].index,
+                   tasks[i].host_hash, j.errors[i]);
             named++;
         }
         hvd_err_set(err, HVD_E_IO, "%s", msg);
@@ -128,22 +135,24 @@ static int notify_all(hvd_driver *d, const hvd_peers_msg *peers, int64_t deadlin
     return failed ? -1 : 0;
 }
 
-/* ---- The full mesh ------------------------------------------------------------------------ */
+/* ---- The probed pairs ------------------------------------------------------------------- */
 
-/* Builds the error that says why no candidate interface serves every pair. d->mu held. */
+/* Builds the error that says why no candidate interface serves every probed pair. d->mu
+ * held. */
 static void mesh_error(const drv_registry *r, hvd_err *err) {
     uint64_t empty = 0, fails[DRV_MAX_CAND] = {0};
     uint32_t listed = 0, first[DRV_MAX_CAND][2];
     char pairs[HVD_ERR_MAX] = "", msg[HVD_ERR_MAX] = "";
     for (uint32_t i = 0; i < r->n; i++) {
-        for (uint32_t j = 0; j < r->n; j++) {
-            if (j == i) continue;
-            uint64_t m = r->tasks[i].reach[j];
-            for (size_t k = 0; k < r->ncand; k++) {
-                if ((m >> k) & 1) continue;
-                if (fails[k]++ == 0) {
-                    first[k][0] = i;
-                    first[k][1] = j;
+        const drv_task *t = &r->tasks[i];
+        for (uint32_t k = 0; k < t->nprobe; k++) {
+            uint32_t j = t->probe_to[k];
+            uint64_t m = t->reach[k];
+            for (size_t c = 0; c < r->ncand; c++) {
+                if ((m >> c) & 1) continue;
+                if (fails[c]++ == 0) {
+                    first[c][0] = i;
+                    first[c][1] = j;
                 }
             }
             if (m != 0) continue;
@@ -155,8 +164,8 @@ static void mesh_error(const drv_registry *r, hvd_err *err) {
     }
     if (empty > 0) {
         append(msg, sizeof msg,
-               "no network interface connects every pair of tasks: in %llu pair(s) the first "
-               "task reached none of the second's addresses",
+               "no network interface connects every pair of hosts: in %llu probed pair(s) the "
+               "first host's task reached none of the second's addresses",
                (unsigned long long)empty);
         if (r->ncand < 8) {
             append(msg, sizeof msg, " on");
@@ -168,7 +177,7 @@ static void mesh_error(const drv_registry *r, hvd_err *err) {
             append(msg, sizeof msg, " and %llu more", (unsigned long long)(empty - listed));
     } else {
         append(msg, sizeof msg,
-               "no single network interface connects every pair of tasks, though each pair "
+               "no single network interface connects every pair of hosts, though each pair "
                "shares one: ");
         for (size_t k = 0; k < r->ncand && k < LIST_NAMES_MAX; k++) {
             append(msg, sizeof msg, "%s%s fails task %u -> task %u", k ? ", " : "", r->cand[k],
@@ -185,14 +194,14 @@ static void mesh_error(const drv_registry *r, hvd_err *err) {
     hvd_err_set(err, HVD_E_NOT_FOUND, "%s", msg);
 }
 
-/* Intersects the reached candidate interfaces over every ordered pair. d->mu held; every
- * task registered and reported. Returns 0 with a NULL-terminated list (candidate order, which
- * is task 0's), or -1 with err. */
+/* Intersects the reached candidate interfaces over every probed pair (none probed: one host,
+ * every candidate). d->mu held; every prober reported. Returns 0 with a NULL-terminated list
+ * (candidate order, which is task 0's), or -1 with err. */
 static int mesh(const drv_registry *r, char ***out, hvd_err *err) {
     uint64_t common = r->ncand == 64 ? UINT64_MAX : ((uint64_t)1 << r->ncand) - 1;
     for (uint32_t i = 0; i < r->n && common; i++)
-        for (uint32_t j = 0; j < r->n; j++)
-            if (j != i) common &= r->tasks[i].reach[j];
+        for (uint32_t k = 0; k < r->tasks[i].nprobe; k++)
+            common &= r->tasks[i].reach[k];
     if (!common) {
         mesh_error(r, err);
         return -1;
@@ -261,19 +270,20 @@ static int own_interfaces(const drv_task *t, char ***out, hvd_err *err) {
     return 0;
 }
 
-/* Waits for every task's reachability report. d->mu held. Returns 0, or -1 with err. */
+/* Waits for the report of every task the plan made probe. d->mu held. Returns 0, or -1
+ * with err. */
 static int wait_reports(hvd_driver *d, int64_t start, int64_t deadline, hvd_err *err) {
     drv_registry *r = &d->reg;
-    while (r->nreported < r->n) {
+    while (r->nreported < r->nprobers) {
         if (d->aborted)
             return hvd_err_set(err, HVD_E_STATE,
                                "stopped waiting for the tasks' reachability reports: %s",
                                d->abort_reason);
-        if (!drv_cond_wait(d, deadline) && r->nreported < r->n) {
+        if (!drv_cond_wait(d, deadline) && r->nreported < r->nprobers) {
             uint32_t *v = malloc(r->n * sizeof *v);
             size_t n = 0;
             for (uint32_t i = 0; v && i < r->n; i++)
-                if (!r->tasks[i].reported) v[n++] = i;
+                if (r->tasks[i].nprobe > 0 && !r->tasks[i].reported) v[n++] = i;
             char missing[256] = "?";
             if (v) drv_format_ranges(v, n, missing, sizeof missing);
             free(v);
@@ -282,7 +292,64 @@ static int wait_reports(hvd_driver *d, int64_t start, int64_t deadline, hvd_err 
                                "peers they reached: %u of %u reported, missing task(s) %s: can "
                                "those executors connect to the other tasks (firewalls, routes)? "
                                "Or name the interfaces to use (--nics)",
-                               (long long)(hvd_now_ms() - start), r->nreported, r->n, missing);
+                               (long long)(hvd_now_ms() - start), r->nreported, r->nprobers,
+                               missing);
+        }
+    }
+    return 0;
+}
+
+/* What to tell each task: the plan's targets, each with only its candidate addresses (the
+ * others cannot count), in an order that starts after the receiver's own index, so that the
+ * probers of a round do not all start at the same task. */
+typedef struct tell_plan {
+    hvd_peers_msg *msgs;  /* [n] */
+    hvd_task_info *views; /* [n] targets as sent: index, host hash, candidate addresses */
+    uint32_t n;
+} tell_plan;
+
+static void tell_free(tell_plan *tp) {
+    for (uint32_t i = 0; tp->msgs && i < tp->n; i++)
+        free(tp->msgs[i].tasks.v); /* shallow copies of views */
+    for (uint32_t i = 0; tp->views && i < tp->n; i++)
+        free(tp->views[i].addrs.v);
+    free(tp->msgs);
+    free(tp->views);
+}
+
+/* Fills tp from the registry's plan; infos is the snapshot the views point into. d->mu held.
+ * Returns 0, or -1 on out of memory. */
+static int tell_build(const drv_registry *r, bool probe, const hvd_task_info *infos,
+                      tell_plan *tp) {
+    tp->n = r->n;
+    tp->msgs = calloc(r->n, sizeof *tp->msgs);
+    tp->views = calloc(r->n, sizeof *tp->views);
+    if (!tp->msgs || !tp->views) return -1;
+    for (uint32_t i = 0; i < r->n; i++) {
+        const drv_task *t = &r->tasks[i];
+        tp->msgs[i].probe = probe && t->nprobe > 0;
+        if (!tp->msgs[i].probe) continue;
+        hvd_task_info *list = calloc(t->nprobe, sizeof *list);
+        if (!list) return -1;
+        tp->msgs[i].tasks.v = list;
+        tp->msgs[i].tasks.n = t->nprobe;
+        uint32_t from = 0;
+        while (from < t->nprobe && t->probe_to[from] < i)
+            from++;
+        for (uint32_t k = 0; k < t->nprobe; k++) {
+            uint32_t j = t->probe_to[(from + k) % t->nprobe];
+            hvd_task_info *v = &tp->views[j];
+            if (!v->host_hash) {
+                const hvd_addr *a = infos[j].addrs.v;
+                hvd_addr *keep = calloc(infos[j].addrs.n ? infos[j].addrs.n : 1, sizeof *keep);
+                if (!keep) return -1;
+                v->index = j;
+                v->host_hash = infos[j].host_hash;
+                v->addrs.v = keep;
+                for (size_t x = 0; x < infos[j].addrs.n; x++)
+                    if (drv_reg_is_cand(r, &a[x])) keep[v->addrs.n++] = a[x];
+            }
+            list[k] = *v;
         }
     }
     return 0;
@@ -299,8 +366,9 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
     bool probe = d->nics == NULL && d->num_tasks > 1;
 
     /* A snapshot of every registration: the workers send it without the lock. */
-    hvd_peers_msg peers = {.probe = probe};
     hvd_task_info *infos = calloc(d->num_tasks, sizeof *infos);
+    tell_plan tp = {0};
+    drv_plan_stats st = {0};
     if (!infos) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     pthread_mutex_lock(&d->mu);
     drv_registry *r = &d->reg;
@@ -320,26 +388,32 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
     bool none = rc == 0 && probe && r->ncand == 0;
     if (none) {
         no_candidates(r, err);
-        peers.probe = false; /* nothing to find: don't make the tasks probe */
+        probe = false; /* nothing to find: don't make the tasks probe */
     }
+    if (rc == 0 && probe && drv_reg_plan(r, &st) != 0)
+        rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    if (rc == 0 && tell_build(r, probe, infos, &tp) != 0)
+        rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     pthread_mutex_unlock(&d->mu);
-    peers.tasks.v = infos;
-    peers.tasks.n = d->num_tasks;
 
     if (truncated)
         drv_log(d,
                 "warning: the tasks share more than %d interface names; only the first %d "
                 "are considered",
                 DRV_MAX_CAND, DRV_MAX_CAND);
+    if (rc == 0 && probe)
+        drv_log(d, "probing %llu pair(s) of tasks for %u task(s) on %u host(s), %u network(s)",
+                (unsigned long long)st.pairs, d->num_tasks, st.hosts, st.networks);
     if (rc == 0) {
         hvd_err nerr;
         /* Tell the tasks even when the round cannot succeed, so none waits for nothing. */
-        rc = notify_all(d, &peers, deadline, &nerr);
+        rc = notify_all(d, infos, tp.msgs, d->num_tasks, deadline, &nerr);
         if (rc != 0 || none) {
             if (!none && err) *err = nerr;
             rc = -1;
         }
     }
+    tell_free(&tp);
     for (uint32_t i = 0; i < d->num_tasks; i++)
         hvd_msg_free(&hvd_task_info_desc, &infos[i]);
     free(infos);
@@ -359,7 +433,8 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
         char line[512] = "";
         for (size_t k = 0; (*ifaces)[k]; k++)
             append(line, sizeof line, "%s%s", k ? "," : "", (*ifaces)[k]);
-        drv_log(d, "interfaces that connect every pair of tasks: %s", line);
+        drv_log(d, "interfaces that connect every pair of hosts: %s (in %lld ms)", line,
+                (long long)(hvd_now_ms() - start));
     }
     return rc;
 }

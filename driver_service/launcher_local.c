@@ -1,7 +1,10 @@
 /* Local task services for `hvd-driver run --local H`: N hvd-task processes on this machine,
  * grouped into H fake hosts. Each fake host has its own host hash and its own TMPDIR, so the
  * orteds of different fake hosts never share session directories (shared/reference/
- * openmpi_rsh_agent.md section 7). */
+ * openmpi_rsh_agent.md section 7), and its orted does not put the hardware topology in a
+ * shared-memory segment at a hole of its address space (rtc_hwloc_vmhole none): with many
+ * orteds on one machine that crashed one orted in about a thousand (SIGSEGV in
+ * hwloc_shmem_topology_write), failing 2 of 8 jobs of 256 fake hosts. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -55,7 +58,7 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
     }
     char **argv = hvd_strb_finish(&a);
     size_t nj = hvd_strv_len((const char *const *)job_env);
-    hvd_env_change *ch = calloc(nj + 2, sizeof *ch);
+    hvd_env_change *ch = calloc(nj + 3, sizeof *ch);
     char **names = calloc(nj + 1, sizeof *names);
     char **envp = NULL;
     hvd_proc *p = NULL;
@@ -70,8 +73,9 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
     }
     ch[nj] = (hvd_env_change){HVD_HOST_HASH_ENV, host_hash};
     ch[nj + 1] = (hvd_env_change){"TMPDIR", tmp};
+    ch[nj + 2] = (hvd_env_change){"OMPI_MCA_rtc_hwloc_vmhole", "none"};
     extern char **environ;
-    if (!(envp = hvd_env_build(environ, ch, nj + 2, err))) goto out;
+    if (!(envp = hvd_env_build(environ, ch, nj + 3, err))) goto out;
     hvd_proc_spec spec = {.argv = argv,
                           .envp = envp,
                           .cwd = work,

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/fs.h"
+#include "common/proc.h"
 #include "common/sig.h"
 #include "common/strv.h"
 #include "hvd/proto.h"
@@ -248,6 +249,8 @@ static int start_driver(job *j) {
         return -1;
     }
     j->nics = j->o.nics ? hvd_strv_split(j->o.nics, ',') : NULL;
+    /* Room for a connection per task and per rank (the library warns if there is none). */
+    hvd_nofile_ensure((long)j->o.np * HVD_DRIVER_FDS_PER_TASK + HVD_DRIVER_FDS_BASE);
     hvd_driver_config cfg = {.num_tasks = (uint32_t)j->o.np,
                              .secret = secret,
                              .code = &j->code,

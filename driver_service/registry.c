@@ -28,6 +28,7 @@ void drv_reg_free(drv_registry *r) {
     for (uint32_t i = 0; r->tasks && i < r->n; i++) {
         hvd_msg_free(&hvd_task_info_desc, &r->tasks[i].info);
         free(r->tasks[i].reach);
+        free(r->tasks[i].probe_to);
     }
     for (uint32_t i = 0; r->results && i < r->n; i++)
         hvd_msg_free(&hvd_result_desc, &r->results[i]);
@@ -218,10 +219,21 @@ int drv_reg_set_rank(drv_registry *r, const char *host_hash, uint32_t local_rank
     return 0;
 }
 
+/* Forgets the probe plan and every report of the last round. */
+static void drop_plan(drv_registry *r) {
+    for (uint32_t i = 0; i < r->n; i++) {
+        drv_task *t = &r->tasks[i];
+        drop_reach(r, t);
+        free(t->probe_to);
+        t->probe_to = NULL;
+        t->nprobe = 0;
+    }
+    r->nprobers = 0;
+}
+
 int drv_reg_set_cand(drv_registry *r, bool *truncated) {
     *truncated = false;
-    for (uint32_t i = 0; i < r->n; i++)
-        drop_reach(r, &r->tasks[i]);
+    drop_plan(r);
     free(r->cand);
     r->cand = NULL;
     r->ncand = 0;
@@ -245,19 +257,138 @@ int drv_reg_set_cand(drv_registry *r, bool *truncated) {
     return 0;
 }
 
+bool drv_reg_is_cand(const drv_registry *r, const hvd_addr *a) {
+    return is_ipv4(a) && cand_find(r, a->ifname) >= 0;
+}
+
+/* ---- The probe plan ------------------------------------------------------------------------ */
+
+/* One host in planning: its lowest task and what identifies its network. */
+typedef struct plan_host {
+    uint32_t rep;
+    char *key; /* its candidate IPv4 addresses, "ifname host" sorted, '\n'-joined */
+} plan_host;
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int cmp_plan_host(const void *a, const void *b) {
+    const plan_host *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    if (c) return c;
+    return x->rep < y->rep ? -1 : x->rep > y->rep;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The network key of a task: NULL on out of memory. */
+static char *host_key(const drv_registry *r, const hvd_task_info *t) {
+    const hvd_addr *a = t->addrs.v;
+    char **v = calloc(t->addrs.n + 1, sizeof *v);
+    if (!v) return NULL;
+    size_t n = 0, len = 1;
+    bool ok = true;
+    for (size_t x = 0; x < t->addrs.n && ok; x++) {
+        if (!is_ipv4(&a[x]) || cand_find(r, a[x].ifname) < 0) continue;
+        size_t l = strlen(a[x].ifname) + strlen(a[x].host) + 2;
+        ok = (v[n] = malloc(l)) != NULL;
+        if (ok) snprintf(v[n++], l, "%s %s", a[x].ifname, a[x].host);
+        len += l;
+    }
+    qsort(v, n, sizeof *v, cmp_str);
+    char *key = ok ? malloc(len) : NULL;
+    if (key) {
+        key[0] = '\0';
+        for (size_t k = 0; k < n; k++) {
+            strcat(key, v[k]);
+            strcat(key, "\n");
+        }
+    }
+    for (size_t k = 0; k < n; k++)
+        free(v[k]);
+    free(v);
+    return key;
+}
+
+/* Gives task `rep` room for `count` targets. */
+static int plan_alloc(drv_registry *r, uint32_t rep, uint32_t count) {
+    if (count == 0) return 0;
+    drv_task *t = &r->tasks[rep];
+    if (!(t->probe_to = malloc(count * sizeof *t->probe_to))) return -1;
+    r->nprobers++;
+    return 0;
+}
+
+int drv_reg_plan(drv_registry *r, drv_plan_stats *st) {
+    memset(st, 0, sizeof *st);
+    drop_plan(r);
+    size_t nh = r->nhosts;
+    plan_host *ph = calloc(nh ? nh : 1, sizeof *ph);
+    uint32_t *lead = calloc(nh ? nh : 1, sizeof *lead);   /* first host of each network */
+    uint32_t *gsize = calloc(nh ? nh : 1, sizeof *gsize); /* hosts in it */
+    int rc = ph && lead && gsize ? 0 : -1;
+    for (size_t h = 0; rc == 0 && h < nh; h++) {
+        ph[h].rep = r->hosts[h].idx[0];
+        if (!(ph[h].key = host_key(r, &r->tasks[ph[h].rep].info))) rc = -1;
+    }
+    size_t ng = 0;
+    if (rc == 0) {
+        qsort(ph, nh, sizeof *ph, cmp_plan_host);
+        for (size_t h = 0; h < nh; h++) {
+            if (h == 0 || strcmp(ph[h].key, ph[h - 1].key) != 0) lead[ng++] = (uint32_t)h;
+            gsize[ng - 1]++;
+        }
+    }
+    /* Room: one ring target in a network of two or more, and every other leader. */
+    for (size_t g = 0; rc == 0 && g < ng; g++)
+        for (uint32_t k = 0; rc == 0 && k < gsize[g]; k++)
+            rc = plan_alloc(r, ph[lead[g] + k].rep,
+                            (gsize[g] > 1 ? 1 : 0) + (k == 0 ? (uint32_t)ng - 1 : 0));
+    for (size_t g = 0; rc == 0 && g < ng; g++) {
+        for (uint32_t k = 0; k < gsize[g]; k++) {
+            drv_task *t = &r->tasks[ph[lead[g] + k].rep];
+            if (gsize[g] > 1) t->probe_to[t->nprobe++] = ph[lead[g] + (k + 1) % gsize[g]].rep;
+            for (size_t o = 0; k == 0 && o < ng; o++)
+                if (o != g) t->probe_to[t->nprobe++] = ph[lead[o]].rep;
+            qsort(t->probe_to, t->nprobe, sizeof *t->probe_to, cmp_u32);
+            st->pairs += t->nprobe;
+        }
+    }
+    for (size_t h = 0; ph && h < nh; h++)
+        free(ph[h].key);
+    free(ph);
+    free(lead);
+    free(gsize);
+    if (rc != 0) {
+        drop_plan(r);
+        memset(st, 0, sizeof *st);
+        return -1;
+    }
+    st->hosts = (uint32_t)nh;
+    st->networks = (uint32_t)ng;
+    return 0;
+}
+
 int drv_reg_put_reach(drv_registry *r, const hvd_reachable_msg *m) {
-    uint64_t *row = calloc(r->n, sizeof *row);
+    drv_task *t = &r->tasks[m->from];
+    if (t->nprobe == 0) return 0; /* asked to probe nothing this round */
+    uint64_t *row = calloc(t->nprobe, sizeof *row);
     if (!row) return -1;
     const hvd_reach *e = m->reach.v;
     for (size_t k = 0; k < m->reach.n; k++) {
+        const uint32_t *at = bsearch(&e[k].to, t->probe_to, t->nprobe, sizeof *at, cmp_u32);
+        if (!at) continue;
         const hvd_addr *a = e[k].addrs.v;
         for (size_t x = 0; x < e[k].addrs.n; x++) {
             if (!is_ipv4(&a[x])) continue;
             int c = cand_find(r, a[x].ifname);
-            if (c >= 0) row[e[k].to] |= (uint64_t)1 << c;
+            if (c >= 0) row[at - t->probe_to] |= (uint64_t)1 << c;
         }
     }
-    drv_task *t = &r->tasks[m->from];
     drop_reach(r, t);
     t->reach = row;
     t->reported = true;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <openssl/crypto.h>
@@ -11,6 +12,7 @@
 #include "common/loop.h"
 #include "common/strv.h"
 #include "driver_internal.h"
+#include "hvd/defaults.h"
 
 /* Largest number of tasks a driver accepts (tables are sized by it up front). */
 #define DRV_MAX_TASKS (1u << 20)
@@ -48,6 +50,21 @@ static int check_config(const hvd_driver_config *cfg, hvd_err *err) {
                            "the list of network interfaces is empty: give at least one, or "
                            "none at all to have the tasks probe");
     return 0;
+}
+
+/* Warns when this process may not open as many descriptors as the job may need: past the
+ * limit the service stops accepting for a moment at a time, and tasks and ranks time out. */
+static void check_nofile(hvd_driver *d) {
+    long want = (long)d->num_tasks * HVD_DRIVER_FDS_PER_TASK + HVD_DRIVER_FDS_BASE;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        (long)rl.rlim_cur >= want)
+        return;
+    drv_log(d,
+            "warning: this process may open %ld files (ulimit -n) and a driver of %u tasks may "
+            "need up to %ld at once (a long-poll per task, the ranks' calls, the agents): raise "
+            "the limit, or tasks and ranks will time out connecting while it is reached",
+            (long)rl.rlim_cur, d->num_tasks, want);
 }
 
 hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
@@ -103,6 +120,7 @@ hvd_driver *hvd_driver_start(const hvd_driver_config *cfg, hvd_err *err) {
         driver_free(d);
         return NULL;
     }
+    check_nofile(d);
     return d;
 }
 

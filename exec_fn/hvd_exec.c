@@ -26,6 +26,7 @@
 #include "common/proc.h"
 #include "common/sig.h"
 #include "common/strv.h"
+#include "hvd/defaults.h"
 #include "hvd/entry.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
@@ -66,6 +67,8 @@ typedef struct rank_info {
     const char *host_hash;
     uint32_t index;
     hvd_task_info task;
+    hvd_client *driver; /* kept from fetching the job to reporting its result */
+    hvd_secret secret;
 } rank_info;
 
 static int env_int(const char *a, const char *b, int *out) {
@@ -403,18 +406,23 @@ static int run_object(const rank_info *ri, const hvd_code_msg *code, int *status
 
 /* ---- Reporting ----------------------------------------------------------------------------- */
 
-/* Stores the result in the rank's task service too (REGISTER_RESULT). */
-static void register_with_task(const rank_info *ri, hvd_client *driver, const hvd_secret *secret,
-                               const hvd_result_msg *r) {
-    hvd_err err;
-    hvd_client *task = hvd_task_connect(driver, secret, ri->index, &err);
-    if (!task || hvd_client_call(task, &hvd_register_result_desc, r, &hvd_ack_desc, NULL, 0,
-                                 HVD_CALL_RETRY, &err) != 0)
-        fprintf(stderr, "hvd-exec: rank %d: task %u did not take the result: %s\n", ri->rank,
-                ri->index, err.msg);
-    hvd_client_close(task);
+/* The rank's task service, at the addresses its entry gave (no round trip to the driver),
+ * else at those the driver gives now. */
+static hvd_client *task_connect(const rank_info *ri, hvd_err *err) {
+    char name[HVD_SERVICE_NAME_MAX];
+    hvd_task_service_name(ri->index, name);
+    hvd_client_config cc = {.service = name,
+                            .secret = ri->secret,
+                            .addrs = ri->task.addrs.v,
+                            .naddrs = ri->task.addrs.n,
+                            .stagger_ms = HVD_CONNECT_STAGGER_MS};
+    hvd_client *c = cc.naddrs ? hvd_client_connect(&cc, err) : NULL;
+    hvd_secret_wipe(&cc.secret);
+    return c ? c : hvd_task_connect(ri->driver, &ri->secret, ri->index, err);
 }
 
+/* Hands the result to the driver (on the connection kept since the start: a call with
+ * HVD_CALL_RETRY reconnects if the driver closed it meanwhile) and to the rank's task. */
 static void report(const rank_info *ri, int status, bool stopped, const uint8_t *data, size_t len,
                    const char *error) {
     hvd_result_msg r = {.rank = ri->rank,
@@ -425,22 +433,19 @@ static void report(const rank_info *ri, int status, bool stopped, const uint8_t 
                         .error = error && *error ? (char *)error : NULL,
                         .stopped = stopped};
     hvd_err err;
-    hvd_secret secret;
-    hvd_client *driver = hvd_driver_connect_env(&secret, &err);
-    if (!driver) {
-        fprintf(stderr, "hvd-exec: rank %d: cannot report the result to the driver: %s\n", ri->rank,
-                err.msg);
-        return;
-    }
-    if (hvd_client_call(driver, &hvd_report_result_desc, &r, &hvd_ack_desc, NULL, 0, HVD_CALL_RETRY,
-                        &err) != 0)
+    if (hvd_client_call(ri->driver, &hvd_report_result_desc, &r, &hvd_ack_desc, NULL, 0,
+                        HVD_CALL_RETRY, &err) != 0)
         fprintf(stderr, "hvd-exec: rank %d: the driver did not take the result: %s\n", ri->rank,
                 err.msg);
     /* A rank stopped as the job ends has a second at most before orted's SIGKILL: the driver
      * must hear it; its task, which keeps results for later readers, need not. */
-    if (!stopped) register_with_task(ri, driver, &secret, &r);
-    hvd_client_close(driver);
-    hvd_secret_wipe(&secret);
+    if (stopped) return;
+    hvd_client *task = task_connect(ri, &err);
+    if (!task || hvd_client_call(task, &hvd_register_result_desc, &r, &hvd_ack_desc, NULL, 0,
+                                 HVD_CALL_RETRY, &err) != 0)
+        fprintf(stderr, "hvd-exec: rank %d: task %u did not take the result: %s\n", ri->rank,
+                ri->index, err.msg);
+    hvd_client_close(task);
 }
 
 /* ---- A shared object stopped from outside -------------------------------------------------- */
@@ -527,10 +532,12 @@ static int rank_from_env(rank_info *ri) {
 }
 
 /* Tells the driver which rank this is, learns its task and the task's entry (GPUs, work
- * dir), and fetches the job's entry point. Returns 0, or the exit status. */
+ * dir), and fetches the job's entry point. The connection stays open for the report: an
+ * entry that runs longer than the driver's idle timeout finds it closed, and the report
+ * reconnects. Returns 0, or the exit status. */
 static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     hvd_err err;
-    hvd_client *driver = hvd_driver_connect_env(NULL, &err);
+    hvd_client *driver = ri->driver = hvd_driver_connect_env(&ri->secret, &err);
     if (!driver) return fail("%s", err.msg);
     hvd_local_rank_msg lr = {.host_hash = (char *)ri->host_hash,
                              .local_rank = (uint32_t)ri->local_rank,
@@ -546,7 +553,6 @@ static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     if (rc == 0)
         rc = hvd_client_call(driver, &hvd_code_req_desc, NULL, &hvd_code_desc, code, 0,
                              HVD_CALL_RETRY, &err);
-    hvd_client_close(driver); /* the entry point may run for days: reconnect to report */
     return rc == 0 ? 0 : fail("%s", err.msg);
 }
 
@@ -588,6 +594,8 @@ int main(int argc, char **argv) {
     int rc = rank_from_env(&ri);
     if (rc == 0) rc = fetch_job(&ri, &code);
     if (rc != 0) {
+        hvd_client_close(ri.driver);
+        hvd_secret_wipe(&ri.secret);
         hvd_msg_free(&hvd_task_info_desc, &ri.task);
         return rc;
     }
@@ -604,6 +612,8 @@ int main(int argc, char **argv) {
     int status = run_entry(&ri, &code, sig_fd, &stopped, &res);
     if (status != 0) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
     report(&ri, status, stopped, res.data, res.len, res.error);
+    hvd_client_close(ri.driver);
+    hvd_secret_wipe(&ri.secret);
     free(res.data);
     hvd_msg_free(&hvd_code_desc, &code);
     hvd_msg_free(&hvd_task_info_desc, &ri.task);

@@ -34,6 +34,7 @@ struct hvd_client {
     msgpack_sbuffer sb;
     size_t sealed_len; /* of the frame being read; 0 while reading its header */
     uint64_t next_id;
+    bool confirm_due; /* the service's confirmation has not been read yet (see connect_any) */
 };
 
 static void disconnect(hvd_client *c) {
@@ -44,6 +45,7 @@ static void disconnect(hvd_client *c) {
     hvd_buf_free(&c->in);
     hvd_buf_free(&c->out);
     c->sealed_len = 0;
+    c->confirm_due = false;
 }
 
 /* ---- Blocking I/O with deadlines ---------------------------------------------------------- */
@@ -87,6 +89,27 @@ static int recv_at_least(int fd, hvd_buf *in, size_t n, int64_t deadline, hvd_er
         if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
         return hvd_err_set(err, HVD_E_IO, "recv: %s", strerror(errno));
     }
+    return 0;
+}
+
+/* Reads the service's confirmation of the handshake (an empty sealed frame), which comes
+ * before the reply to the first request sent right after the proof. Returns 0, or -1 with
+ * err. */
+static int read_confirm(hvd_client *c, int64_t deadline, hvd_err *err) {
+    size_t sealed, plen;
+    if (recv_at_least(c->fd, &c->in, HVD_FRAME_HDR + HVD_TAG_LEN, deadline, err) != 0) {
+        if (err && err->code == HVD_E_IO)
+            hvd_err_set(err, HVD_E_AUTH,
+                        "the service rejected our proof of the job secret: is the secret "
+                        "(" HVD_SECRET_ENV ") the same on both sides?");
+        return -1;
+    }
+    uint8_t *frame = c->in.data + c->in.off;
+    if (hvd_frame_header(frame, c->cfg.max_frame, &sealed, err) != 0 || sealed != HVD_TAG_LEN ||
+        hvd_frame_open(&c->rx, frame, sealed, &plen, err) != 0)
+        return hvd_err_set(err, HVD_E_AUTH, "the service's confirmation did not authenticate");
+    hvd_buf_consume(&c->in, HVD_FRAME_HDR + HVD_TAG_LEN);
+    c->confirm_due = false;
     return 0;
 }
 
@@ -304,8 +327,20 @@ static void report(char *buf, size_t len, const hvd_client *c, const probe *ps, 
     }
 }
 
-/* Probes every address at once, starting with `first`, and keeps the first that completes a
- * handshake. */
+/* Starts the TCP connect of probe k (address (first + k) % n). */
+static void probe_start(hvd_client *c, probe *p, size_t first, size_t k) {
+    hvd_err e;
+    p->idx = (first + k) % c->naddrs;
+    p->fd = hvd_connect_start(&c->addrs[p->idx], &e);
+    if (p->fd < 0) probe_fail(p, e.code, e.msg);
+}
+
+/* Probes the addresses, starting with `first`, and keeps the first that completes a
+ * handshake. Without a stagger every address starts at once; with one, the next address
+ * starts when every started one has failed, when none has connected within the stagger, or
+ * when one connected but has not finished its handshake within ten staggers (a peer that
+ * accepts and never answers must not hold up the others). So a service that answers on its
+ * first address does one handshake, not one per address. */
 static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
     size_t n = c->naddrs;
     probe *ps = calloc(n, sizeof *ps);
@@ -320,35 +355,49 @@ static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
         return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     }
     int64_t deadline = hvd_now_ms() + c->cfg.probe_timeout_ms;
-    for (size_t k = 0; k < n; k++) {
-        probe *p = &ps[k];
-        hvd_err e;
-        p->idx = (first + k) % n;
-        p->fd = hvd_connect_start(&c->addrs[p->idx], &e);
-        if (p->fd < 0) probe_fail(p, e.code, e.msg);
-    }
+    int stagger = c->cfg.stagger_ms > 0 ? c->cfg.stagger_ms : 0;
+    size_t started = stagger ? 1 : n;
+    for (size_t k = 0; k < started; k++)
+        probe_start(c, &ps[k], first, k);
+    int64_t next_at = hvd_now_ms() + stagger; /* when the next address starts */
     probe *winner = NULL;
     while (!winner) {
         size_t nl = 0;
-        for (size_t k = 0; k < n; k++) {
+        bool connected = false; /* a started address got past its TCP connect */
+        for (size_t k = 0; k < started; k++) {
             if (ps[k].state == PR_FAILED || ps[k].state == PR_DONE) continue;
             pfds[nl] = (struct pollfd){.fd = ps[k].fd,
                                        .events = ps[k].state == PR_CONNECTING ? POLLOUT : POLLIN};
+            connected |= ps[k].state != PR_CONNECTING;
             live[nl++] = k;
         }
+        bool more = started < n && hvd_now_ms() < deadline;
+        int64_t at = connected ? next_at + 9 * (int64_t)stagger : next_at;
+        if (more && (nl == 0 || hvd_now_ms() >= at)) {
+            probe_start(c, &ps[started], first, started);
+            started++;
+            next_at = hvd_now_ms() + stagger;
+            continue;
+        }
         if (nl == 0) break;
-        int pr = poll(pfds, nl, hvd_ms_left(deadline));
+        int wait = hvd_ms_left(deadline);
+        if (more && hvd_ms_left(at) < wait) wait = hvd_ms_left(at);
+        int pr = poll(pfds, nl, wait);
         if (pr < 0 && errno == EINTR) continue;
-        if (pr <= 0) break;
+        if (pr < 0 || (pr == 0 && hvd_now_ms() >= deadline)) break;
         /* In address order, so that when several answer at once the preferred one wins. */
         for (size_t j = 0; j < nl && !winner; j++) {
             if (!pfds[j].revents) continue;
             probe *p = &ps[live[j]];
             probe_step(c, p);
-            if (p->state == PR_DONE) winner = p;
+            /* Once our proof is sent the service has proven itself (its challenge carried
+             * its proof): requests may follow the proof at once, saving a round trip, and
+             * the confirmation is read before the first reply. */
+            if (p->state == PR_DONE || p->state == PR_CONFIRM) winner = p;
         }
     }
     if (winner) {
+        c->confirm_due = winner->state == PR_CONFIRM;
         c->fd = winner->fd;
         c->cur = winner->idx;
         c->rx = winner->rx;
@@ -360,20 +409,24 @@ static int connect_any(hvd_client *c, size_t first, hvd_err *err) {
         memset(&winner->in, 0, sizeof winner->in);
         rc = 0;
     } else {
-        for (size_t k = 0; k < n; k++) {
+        for (size_t k = 0; k < started; k++) {
             if (ps[k].state != PR_FAILED)
                 timed_out = 1;
             else if (ps[k].fail_code == HVD_E_AUTH)
                 auth_failed = 1;
         }
-        report(rep, sizeof rep, c, ps, n);
+        report(rep, sizeof rep, c, ps, started);
+        if (started < n) {
+            size_t used = strlen(rep);
+            append(rep, sizeof rep, &used, "; %zu more not tried in time", n - started);
+        }
         hvd_err_set(err,
                     auth_failed ? HVD_E_AUTH
                     : timed_out ? HVD_E_TIMEOUT
                                 : HVD_E_IO,
                     "cannot connect to %s at %s", c->service, rep);
     }
-    for (size_t k = 0; k < n; k++)
+    for (size_t k = 0; k < started; k++)
         probe_free(&ps[k]);
     free(ps);
     free(pfds);
@@ -475,6 +528,9 @@ static int read_for(hvd_client *c, uint64_t id, int64_t deadline, const hvd_msg_
     uint8_t *payload;
     size_t plen, flen;
     *remote = 0;
+    /* The confirmation counts as a frame of its own, so that a caller that waits for data
+     * (and for an interrupt) between frames goes back to waiting after it. */
+    if (c->confirm_due) return read_confirm(c, deadline, err) == 0 ? GOT_OTHER : -1;
     if (read_frame(c, deadline, &payload, &plen, &flen, err) != 0) return -1;
     hvd_envelope env;
     int rc = GOT_OTHER;

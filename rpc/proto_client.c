@@ -1,11 +1,29 @@
 /* Connecting to the driver and to task services (include/hvd/proto.h). */
 #include <stdlib.h>
-#include <unistd.h>
+#include <time.h>
 
+#include "hvd/defaults.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 
-#define DRIVER_CONNECT_TRIES 3 /* probe rounds before giving up on a slow driver */
+/* Connects with a stagger between addresses, again when the service did not finish the
+ * handshake in time (a busy service: the next try is likely to find it less busy), up to
+ * HVD_CONNECT_ATTEMPTS times. */
+static hvd_client *connect_patiently(hvd_client_config *cc, hvd_err *err) {
+    cc->stagger_ms = HVD_CONNECT_STAGGER_MS;
+    hvd_err local;
+    if (!err) err = &local;
+    hvd_client *c = NULL;
+    for (int attempt = 0; !c && attempt < HVD_CONNECT_ATTEMPTS; attempt++) {
+        if (attempt > 0) {
+            struct timespec ts = {0, 100L * 1000000L * attempt};
+            nanosleep(&ts, NULL);
+        }
+        c = hvd_client_connect(cc, err);
+        if (!c && err->code != HVD_E_TIMEOUT) break;
+    }
+    return c;
+}
 
 hvd_client *hvd_driver_connect_env(hvd_secret *secret_out, hvd_err *err) {
     const char *text = getenv(HVD_DRIVER_ADDRS_ENV);
@@ -29,14 +47,7 @@ hvd_client *hvd_driver_connect_env(hvd_secret *secret_out, hvd_err *err) {
     }
     hvd_client_config cc = {
         .service = HVD_DRIVER_SERVICE, .secret = secret, .addrs = addrs, .naddrs = n};
-    /* A probe round that ran out of time (an overloaded machine) is tried again; a refusal or a
-     * wrong secret is final. */
-    hvd_client *c = NULL;
-    for (int attempt = 0; attempt < DRIVER_CONNECT_TRIES && !c; attempt++) {
-        if (attempt > 0) usleep(200 * 1000 * (useconds_t)attempt);
-        c = hvd_client_connect(&cc, err);
-        if (!c && err->code != HVD_E_TIMEOUT) break;
-    }
+    hvd_client *c = connect_patiently(&cc, err);
     free(addrs);
     if (c && secret_out) *secret_out = secret;
     hvd_secret_wipe(&secret);
@@ -59,7 +70,7 @@ hvd_client *hvd_task_connect(hvd_client *driver, const hvd_secret *secret, uint3
     if (resp.addrs.n == 0)
         hvd_err_set(err, HVD_E_NOT_FOUND, "the driver knows no address of task %u", index);
     else
-        c = hvd_client_connect(&cc, err);
+        c = connect_patiently(&cc, err);
     hvd_msg_free(&hvd_addrs_desc, &resp);
     hvd_secret_wipe(&cc.secret);
     return c;

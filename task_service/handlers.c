@@ -303,7 +303,7 @@ static void on_get_result(hvd_call *call, const msgpack_object *body, void *user
 
 /* ---- REGISTRATION_DONE and probing ----------------------------------------------------------- */
 
-/* Logs how many other tasks the probe reached, and which ones it did not. */
+/* Logs how many of the tasks it probed the probe reached, and which ones it did not. */
 static void log_reach(hvd_task *t, const hvd_reachable_msg *rep, int64_t t0) {
     size_t reached = 0;
     char missing[256] = "";
@@ -318,10 +318,11 @@ static void log_reach(hvd_task *t, const hvd_reachable_msg *rep, int64_t t0) {
         }
     }
     if (reached < rep->reach.n)
-        task_log(t, HVD_LOG_WARN, "reached %zu of %zu other tasks; none of the addresses of %s",
-                 reached, rep->reach.n, missing);
+        task_log(t, HVD_LOG_WARN,
+                 "reached %zu of the %zu tasks probed; none of the addresses of %s", reached,
+                 rep->reach.n, missing);
     else
-        task_log(t, HVD_LOG_INFO, "reached all %zu other tasks in %lld ms", rep->reach.n,
+        task_log(t, HVD_LOG_INFO, "reached all %zu tasks probed in %lld ms", rep->reach.n,
                  (long long)(hvd_now_ms() - t0));
 }
 
@@ -401,13 +402,12 @@ static void on_registration_done(hvd_call *call, const msgpack_object *body, voi
     pthread_mutex_unlock(&t->mu);
     hvd_msg_free(&hvd_registration_done_desc, &req);
     if (!probe)
-        task_log(t, HVD_LOG_INFO, "all %zu tasks registered; no probing asked for", ntasks);
+        task_log(t, HVD_LOG_INFO, "every task registered; nothing to probe here");
     else if (rc == 0)
-        task_log(t, HVD_LOG_INFO, "all %zu tasks registered; probing the others%s", ntasks,
-                 again ? " (again)" : "");
+        task_log(t, HVD_LOG_INFO, "every task registered; probing %zu task(s) for the driver%s",
+                 ntasks, again ? " (again)" : "");
     else if (!again)
-        task_log(t, HVD_LOG_ERROR, "all %zu tasks registered, but the probe thread did not start",
-                 ntasks);
+        task_log(t, HVD_LOG_ERROR, "every task registered, but the probe thread did not start");
 }
 
 /* ---- Registration ---------------------------------------------------------------------------- */

@@ -1,18 +1,22 @@
-/* Task-to-task reachability (Horovod's BasicClient with match_intf=True, as a full mesh
- * from this task's side): every address of every other task is tried on its own, a few at a
- * time, each within a short budget, so one black-holed interface costs one budget and not
- * one per peer. */
+/* Task-to-task reachability (Horovod's BasicClient with match_intf=True): every address of
+ * every task the driver named is tried on its own, a few at a time, each within a short
+ * budget, so one black-holed interface costs one budget and not one per peer. An attempt that
+ * ran out of time is made once more: a peer's single event loop on a loaded machine can take
+ * longer than the budget to answer a burst of handshakes. */
 #include "probe.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 
-#define PROBE_THREADS 8 /* probes in flight at once */
+#define PROBE_THREADS  8  /* probes in flight at once */
+#define PROBE_ATTEMPTS 2  /* tries per address when one times out */
+#define PROBE_PAUSE_MS 50 /* before the second, plus up to as much again (spread) */
 
 typedef struct probe_job {
     uint32_t to;        /* the peer's index */
@@ -62,7 +66,15 @@ static void probe_one(const probe_pool *p, probe_job *j) {
                             .probe_timeout_ms = p->timeout_ms,
                             .io_timeout_ms = p->timeout_ms};
     hvd_err err;
-    hvd_client *c = hvd_client_connect(&cc, &err);
+    hvd_client *c = NULL;
+    for (int attempt = 0; !c && attempt < PROBE_ATTEMPTS && !atomic_load(p->cancel); attempt++) {
+        if (attempt > 0) {
+            struct timespec ts = {0, (PROBE_PAUSE_MS + (long)(j->to % PROBE_PAUSE_MS)) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        c = hvd_client_connect(&cc, &err);
+        if (!c && err.code != HVD_E_TIMEOUT) break; /* refused, wrong service: final */
+    }
     hvd_secret_wipe(&cc.secret);
     if (!c) return;
     hvd_pong pong;

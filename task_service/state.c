@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "hvd/defaults.h"
 #include "common/env.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
@@ -64,7 +65,8 @@ hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err) {
                             .secret = t->cfg.secret,
                             .addrs = t->driver_addrs,
                             .naddrs = t->n_driver_addrs,
-                            .probe_timeout_ms = timeout_ms};
+                            .probe_timeout_ms = timeout_ms,
+                            .stagger_ms = HVD_CONNECT_STAGGER_MS};
     hvd_client *c = hvd_client_connect(&cc, err);
     hvd_secret_wipe(&cc.secret);
     return c;

@@ -12,11 +12,13 @@ Measures (each: --runs timed runs per cell after one untimed warm-up, medians, m
                      SparkDriverService under host hash hN; horovod_side.py)
             hvd      hvd-rsh and H hvd-task services (`hvd-driver serve`)
           services are started fresh for every run and are not timed: only mpirun is.
-  rss     peak RSS (KiB) of the agent, of the task side (the task service process, and its
-          per-command helper: Horovod's spawn middleman, our keeper) and of the rank
+  rss     peak RSS (KiB) and peak Pss (proportional set size: shared pages divided among the
+          processes mapping them) of the agent, of the task side (the task service process,
+          and its per-command helper: Horovod's spawn middleman, our keeper) and of the rank
           bootstrap (`python -m horovod.spark.task.mpirun_exec_fn A S` vs `hvd-exec`),
           H=2 hosts, one rank each, the real entry (Horovod: a function returning time.time(),
-          hvd: /bin/true).
+          hvd: /bin/true). Processes are sampled while they live (maxrss.c, 2 ms; the task
+          side every 5 ms); a process that was never sampled fails the run (it is not 0).
   spark   a real local Spark cluster (local-cluster[2,4,1024]): horovod.spark.run (MPI mode)
           with a trivial function vs org.hvdbridge.spark.HorovodSpark.run with a trivial entry
           point, N Spark tasks = N ranks (spark_app.py, in one Spark application).
@@ -177,27 +179,59 @@ def children(pid):
     return out
 
 
+def pss_kib(pid):
+    """The Pss line of /proc/PID/smaps_rollup (KiB: shared pages divided among the processes
+    mapping them), or None."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class HelperSampler(threading.Thread):
-    """Samples VmHWM of the direct children of the task service processes (the per-command
-    helper: Horovod's spawn middleman and resource tracker, our keeper) until stopped; keeps
-    the largest per-task sum."""
+    """Samples, every 5 ms until stopped, the task service processes (VmHWM as last seen, the
+    largest Pss) and their direct children, the per-command helpers (Horovod's spawn middleman
+    and resource tracker, our keeper: the largest per-task sums of VmHWM and of Pss). A process
+    never seen stays 0 there, and the caller fails the run: a missed sample is no data."""
 
     def __init__(self, pids):
         super().__init__(daemon=True)
         self.pids = pids
-        self.peak = {p: 0 for p in pids}
+        self.peak = {p: 0 for p in pids}       # helpers' VmHWM sum
+        self.peak_pss = {p: 0 for p in pids}   # helpers' Pss sum
+        self.task_hwm = {p: 0 for p in pids}
+        self.task_pss = {p: 0 for p in pids}
         self.stop = threading.Event()
 
     def run(self):
         seen = {p: {} for p in self.pids}
+        seen_pss = {p: {} for p in self.pids}
         while not self.stop.is_set():
-            for p in self.pids:
-                for c in children(p):
-                    v = proc_status(c, "VmHWM")
-                    if v:
-                        seen[p][c] = max(seen[p].get(c, 0), v)
-                self.peak[p] = max(self.peak[p], sum(seen[p].values()))
+            self.once(seen, seen_pss)
             time.sleep(0.005)
+        self.once(seen, seen_pss)
+
+    def once(self, seen, seen_pss):
+        for p in self.pids:
+            v = proc_status(p, "VmHWM")
+            if v:
+                self.task_hwm[p] = max(self.task_hwm[p], v)
+            v = pss_kib(p)
+            if v:
+                self.task_pss[p] = max(self.task_pss[p], v)
+            for c in children(p):
+                v = proc_status(c, "VmHWM")
+                if v:
+                    seen[p][c] = max(seen[p].get(c, 0), v)
+                v = pss_kib(c)
+                if v:
+                    seen_pss[p][c] = max(seen_pss[p].get(c, 0), v)
+            self.peak[p] = max(self.peak[p], sum(seen[p].values()))
+            self.peak_pss[p] = max(self.peak_pss[p], sum(seen_pss[p].values()))
 
 
 class Compare:
@@ -268,25 +302,33 @@ class Compare:
             dt, rc, out = self.mpirun("h0:1,h1:1", 2, agent, rank, svc.env(), d)
             sampler.stop.set()
             sampler.join()
-            task_hwm = [proc_status(p, "VmHWM") or 0 for p in task_pids]
             outs = svc.task_outputs() if system == "horovod" else []
             if system == "horovod" and not all("done" in o and "exit 0" in o for o in outs):
                 rc = rc or 1
                 out += " task outputs: %r" % outs
-            found = {"agent": [], "rank": []}
+            found = {"agent": [], "rank": []}    # (maxrss, peak Pss) per process
             for fn in os.listdir(d):
                 kind = fn.split(".")[0]
                 if kind in found:
                     with open(os.path.join(d, fn)) as f:
-                        found[kind] += [int(l.split()[0]) for l in f if l.strip()]
+                        found[kind] += [tuple(int(x) for x in l.split()[:2]) for l in f if l.strip()]
         finally:
             svc.close()
-        ok = rc == 0 and len(found["agent"]) == 2 and len(found["rank"]) == 2
-        why = "rc=%d agents=%d ranks=%d %s" % (rc, len(found["agent"]), len(found["rank"]), out)
-        self.record("rss/%s/agent" % system, ok, max(found["agent"] or [0]), why)
-        self.record("rss/%s/task" % system, ok, max(task_hwm), why)
-        self.record("rss/%s/helper" % system, ok, max(sampler.peak.values()), why)
-        self.record("rss/%s/rank" % system, ok, max(found["rank"] or [0]), why)
+        # Every number must have been measured: a process the samplers missed fails the run
+        # (it once read as 0 MiB and was averaged in).
+        missed = [k for k in ("agent", "rank") if len(found[k]) != 2 or min(x for v in found[k] for x in v) <= 0]
+        missed += ["task %d" % p for p in task_pids if not sampler.task_hwm[p] or not sampler.task_pss[p]]
+        missed += ["helpers of task %d" % p for p in task_pids if not sampler.peak[p] or not sampler.peak_pss[p]]
+        ok = rc == 0 and not missed
+        why = "rc=%d, not measured: %s; %s" % (rc, ", ".join(missed) or "-", out)
+        for k, (rss, pss) in {"agent": (max(x[0] for x in found["agent"]) if found["agent"] else 0,
+                                        max(x[1] for x in found["agent"]) if found["agent"] else 0),
+                              "task": (max(sampler.task_hwm.values()), max(sampler.task_pss.values())),
+                              "helper": (max(sampler.peak.values()), max(sampler.peak_pss.values())),
+                              "rank": (max(x[0] for x in found["rank"]) if found["rank"] else 0,
+                                       max(x[1] for x in found["rank"]) if found["rank"] else 0)}.items():
+            self.record("rss/%s/%s" % (system, k), ok, rss, why)
+            self.record("pss/%s/%s" % (system, k), ok, pss, why)
 
     def rss(self):
         for r in range(self.a.rss_runs):
@@ -359,7 +401,7 @@ class Compare:
 
     # ---------- driver ----------
     def systems(self):
-        return ["horovod", "hvd"]
+        return [s for s in ("horovod", "hvd") if s in self.a.systems]
 
     @staticmethod
     def rotate(xs, r):
@@ -426,6 +468,8 @@ def main():
     ap.add_argument("--jar", default=os.path.join(REPO, "build", "lib", "hvd-bridge.jar"),
                     help="hvd-bridge.jar, built with Spark's jars (org.hvdbridge.spark.HorovodSpark)")
     ap.add_argument("--measures", default="launch,rss,spark,stream")
+    ap.add_argument("--systems", default="horovod,hvd", type=lambda t: t.split(","),
+                    help="horovod,hvd (default); hvd alone needs no Horovod (no ratios then)")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per cell (default 5)")
     ap.add_argument("--rss-runs", type=int, default=3)
     ap.add_argument("--hosts", default="1,2,4,8")

@@ -97,11 +97,17 @@ def tables(res):
             L.append("| %d | %s | %s | %s | %s | %s |" % (n, mmm(ae), mmm(be), mmm(ar), mmm(br), pair_ratio(ar, br)))
         L.append("")
 
-    if g("rss/hvd/agent"):
-        L.append("### 3. Peak RSS, MiB (2 hosts, one rank each)")
+    if g("rss/hvd/agent") or res["failures"].get("rss/hvd/agent"):
+        L.append("### 3. Peak RSS and Pss, MiB (2 hosts, one rank each)")
         L.append("")
-        L.append("| process | Horovod | hvd-bridge | Horovod / hvd-bridge |")
-        L.append("|---|---|---|---|")
+        L.append("RSS: peak resident set (VmHWM, or ru_maxrss); Pss: the largest proportional set size "
+                 "sampled (`/proc/PID/smaps_rollup`: each shared page counted as 1/n for the n processes "
+                 "mapping it), the memory a process really adds. A run in which any process was not sampled "
+                 "failed, and is left out.")
+        L.append("")
+        L.append("| process | Horovod RSS | Horovod Pss | hvd-bridge RSS | hvd-bridge Pss | Horovod / hvd-bridge "
+                 "(RSS) | Horovod / hvd-bridge (Pss) |")
+        L.append("|---|---|---|---|---|---|---|")
         names = {"agent": "agent (mpirun_rsh / hvd-rsh), per host",
                  "task": "task service process (SparkTaskService's Python / hvd-task)",
                  "helper": "per-command helpers: the task process's children (Horovod: spawn middleman and its companions / keeper)",
@@ -109,7 +115,11 @@ def tables(res):
         for k in ("agent", "task", "helper", "rank"):
             a = [x / 1024 for x in g("rss/horovod/%s" % k)]
             b = [x / 1024 for x in g("rss/hvd/%s" % k)]
-            L.append("| %s | %s | %s | %s |" % (names[k], mmm(a, "%.1f"), mmm(b, "%.1f"), pair_ratio(a, b)))
+            ap = [x / 1024 for x in g("pss/horovod/%s" % k)]
+            bp = [x / 1024 for x in g("pss/hvd/%s" % k)]
+            L.append("| %s | %s | %s | %s | %s | %s | %s |" % (names[k], mmm(a, "%.1f"), mmm(ap, "%.1f"),
+                                                           mmm(b, "%.1f"), mmm(bp, "%.1f"), pair_ratio(a, b),
+                                                           pair_ratio(ap, bp)))
         L.append("")
 
     mibs = params(s, "stream/hvd/")

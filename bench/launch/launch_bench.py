@@ -7,8 +7,15 @@ Three plm_rsh_agents, alternating run by run, the same host names and mpirun arg
             /bin/true` and H `hvd-task`s (one host hash and one TMPDIR each), not timed; only
             mpirun (-mca plm_rsh_agent $HVD_RSH $HVD_MPIRUN_ARGS ...) is timed.
   pass      a minimal pass-through agent (C, built here with cc): skips ssh options and the
-            host, sets TMPDIR and OMPI_MCA_btl_vader_backing_directory per host, execs
-            /bin/sh -c "<words joined>".
+            host, sets TMPDIR per host and, as a task service does for its command, puts
+            Open MPI's session directory and shared-memory segments in a directory of
+            /dev/shm per host (OMPI_MCA_orte_tmpdir_base, OMPI_MCA_btl_vader_backing_directory),
+            and runs /bin/sh -c "<words joined>" in a session of its own (as sshd and a task
+            service do), waiting for it. Both matter on a shared machine: with the session
+            directory on disk the floor was 1.2-1.3x slower, and with the kernel's autogroup
+            scheduling (a session is a CPU group) orteds left in mpirun's session got 2x
+            less CPU against other users' load than the hvd-rsh arm's, which run in task
+            services' sessions (docs/performance.md, "Launch at scale").
   ssh       OpenSSH `ssh -F <cfg>` to a loopback sshd started here (scripts/sshd-test-env.sh);
             the config maps every fake host to 127.0.0.1, SetEnv gives each host its TMPDIR.
 
@@ -19,6 +26,7 @@ JSON with every sample (--json). Results: docs/performance.md, section "Launch".
 
   python3 bench/launch/launch_bench.py [--bin build/bin] [--runs 7] [--hosts 2,4,8,16]
                                        [--e2e 2,4,8,16,32] [--e2e-runs 5] [--json FILE]
+                                       [--agents hvd-rsh,pass,ssh]
 Needs Open MPI (mpirun), cc, and for the ssh agent sshd/ssh/ssh-keygen (skipped without).
 """
 import argparse
@@ -42,6 +50,7 @@ PASS_AGENT_C = r'''
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
     int i = 1;
@@ -58,11 +67,31 @@ int main(int argc, char **argv) {
     if (base) {                                       /* one TMPDIR per fake host */
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", base, host);
+        mkdir(base, 0700);
         mkdir(dir, 0700);
         setenv("TMPDIR", dir, 1);
         setenv("OMPI_MCA_btl_vader_backing_directory", dir, 1);
     }
+    const char *shm = getenv("PASS_AGENT_SHMBASE");
+    if (shm) {               /* as a task service does: session dir and segments in /dev/shm */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", shm, host);
+        mkdir(dir, 0700);
+        setenv("OMPI_MCA_btl_vader_backing_directory", dir, 1);
+        setenv("OMPI_MCA_orte_tmpdir_base", dir, 1);
+    }
     char *const av[] = {"sh", "-c", cmd, NULL};
+    if (!getenv("PASS_AGENT_SAME_SESSION")) { /* a session of its own, as sshd and a task */
+        pid_t pid = fork();     /* service give the command (mpirun made us a group leader, */
+        if (pid == 0) {         /* so only a child can call setsid) */
+            setsid();
+            execv("/bin/sh", av);
+            _exit(127);
+        }
+        int st;
+        if (pid < 0 || waitpid(pid, &st, 0) != pid) return 255;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
     execv("/bin/sh", av);
     perror("pass-agent: execv /bin/sh");
     return 255;
@@ -168,16 +197,17 @@ class Bench:
         return r.returncode == 0
 
     # ---------- hvd-rsh: serve + tasks ----------
-    def serve(self, h, names, d):
+    def serve(self, h, names, d, bin_dir=None):
+        bin_dir = bin_dir or self.bin
         env_file = os.path.join(d, "job.env")
-        srv = hvdtest.start_driver(self.bin, ["serve", "-np", str(h), "--env-file", env_file, "--", "/bin/true"],
+        srv = hvdtest.start_driver(bin_dir, ["serve", "-np", str(h), "--env-file", env_file, "--", "/bin/true"],
                                    self.base_env, d, stdout=subprocess.DEVNULL, start_new_session=True)
         tenv = dict(self.base_env, **hvdtest.task_hint(srv, "hvd-driver serve"))
         tasks = []
         for i, n in enumerate(names):
             t = os.path.join(d, "tmp", n)
             os.makedirs(t, exist_ok=True)
-            tasks.append(hvdtest.start_task(self.bin, i, dict(tenv, TMPDIR=t), n, cwd=d, start_new_session=True))
+            tasks.append(hvdtest.start_task(bin_dir, i, dict(tenv, TMPDIR=t), n, cwd=d, start_new_session=True))
         hvdtest.wait_for(lambda: os.path.exists(env_file) or srv.poll() is not None, 60, interval=0.02)
         if not os.path.exists(env_file):
             raise RuntimeError("no env file from hvd-driver serve")
@@ -209,8 +239,8 @@ class Bench:
     def run_one(self, agent, h, names):
         d = tempfile.mkdtemp(dir=self.work, prefix="run.")
         hosts = hosts_arg(names, self.a.np)
-        if agent == "hvd-rsh":
-            srv, tasks, vals = self.serve(h, names, d)
+        if agent in ("hvd-rsh", "hvd-rsh-ref"):
+            srv, tasks, vals = self.serve(h, names, d, self.a.bin_ref if agent == "hvd-rsh-ref" else None)
             try:
                 if self.mpirun_args is None:
                     self.mpirun_args = vals["HVD_MPIRUN_ARGS"]
@@ -222,8 +252,10 @@ class Bench:
             finally:
                 self.stop_serve(srv, tasks)
         elif agent == "pass":
+            shm = tempfile.mkdtemp(dir="/dev/shm", prefix="hvd-launch-bench.")
             dt, rc, out = self.mpirun(self.pass_agent, hosts,
-                                      {"PASS_AGENT_TMPBASE": os.path.join(d, "tmp")}, d)
+                                      {"PASS_AGENT_TMPBASE": os.path.join(d, "tmp"), "PASS_AGENT_SHMBASE": shm}, d)
+            shutil.rmtree(shm, ignore_errors=True)
         else:
             dt, rc, out = self.mpirun("ssh -F %s" % self.ssh_cfg, hosts, {}, d)
         shutil.rmtree(d, ignore_errors=True)
@@ -288,7 +320,7 @@ class Bench:
         maxh = max(self.a.hosts)
         all_names = ["fakehost%02d" % k for k in range(maxh)]
         self.build_pass_agent()
-        agents = list(AGENTS)
+        agents = [a for a in AGENTS if a in self.a.agents] + (["hvd-rsh-ref"] if self.a.bin_ref else [])
         if "ssh" in agents and not (shutil.which("ssh") and self.start_sshd(all_names)):
             agents.remove("ssh")
         log("agents: %s; load %s" % (agents, info["load_start"]))
@@ -373,6 +405,9 @@ def main():
     p.add_argument("--timeout", type=int, default=60)
     p.add_argument("--settle", type=float, default=0.3,
                    help="seconds between serve's env file and the timed mpirun (hvd-rsh only)")
+    p.add_argument("--agents", type=lambda t: t.split(","), default=AGENTS,
+                   help="which of hvd-rsh,pass,ssh (default all; hvd-rsh and pass are needed)")
+    p.add_argument("--bin-ref", help="another build's bin dir: adds the arm hvd-rsh-ref (A/B of a change)")
     p.add_argument("--json")
     b = Bench(p.parse_args())
     try:

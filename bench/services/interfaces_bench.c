@@ -1,12 +1,15 @@
 /* The interface round at scale: a driver for N tasks in its own process, and N fake task
  * services ("task i" servers on loopback) in this one. Once all registered, the driver runs
- * hvd_driver_common_interfaces: it tells every task (REGISTRATION_DONE with the table of all N
- * tasks), every task reports reaching every other on "lo" and "eth0" (a full mesh: N-1
- * entries per report), and the driver intersects the N*(N-1) pairs.
+ * hvd_driver_common_interfaces: it tells every task (REGISTRATION_DONE with the tasks it is to
+ * probe), every task told to probe reports reaching those tasks on "lo" and "eth0", and the
+ * driver intersects the probed pairs. Tasks are registered 8 per host; with --network-per-host
+ * each host declares its own eth0 address (a real cluster: every ordered pair of hosts is
+ * probed), else all declare the same (fake hosts on one machine: a ring of hosts).
  *
- *   interfaces_bench [--tasks N] [--header]
+ *   interfaces_bench [--tasks N] [--network-per-host] [--header]
  *
- * Prints a Markdown row: the time of the whole round, and the driver's peak resident set. */
+ * Prints a Markdown row: the time of the whole round, the pairs probed, and the driver's peak
+ * resident set. */
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -68,6 +71,9 @@ typedef struct fleet {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint32_t *queue; /* tasks told to probe, not yet reported */
+    uint32_t **told; /* [n] the tasks each was told to probe (under mu) */
+    size_t *ntold;
+    uint64_t pairs; /* reported pairs */
     size_t head, tail;
     bool quit;
     int failures;
@@ -87,23 +93,35 @@ static void on_registration_done(hvd_call *call, const msgpack_object *body, voi
         return;
     }
     bool probe = m.probe;
+    fleet *f = ref->f;
+    uint32_t *told = calloc(m.tasks.n + 1, sizeof *told);
+    const hvd_task_info *t = m.tasks.v;
+    for (size_t k = 0; told && k < m.tasks.n; k++)
+        told[k] = t[k].index;
+    pthread_mutex_lock(&f->mu);
+    free(f->told[ref->index]);
+    f->told[ref->index] = told;
+    f->ntold[ref->index] = told ? m.tasks.n : 0;
+    pthread_mutex_unlock(&f->mu);
     hvd_msg_free(&hvd_registration_done_desc, &m);
     hvd_call_reply(call, &hvd_ack_desc, NULL);
     if (!probe) return;
-    fleet *f = ref->f;
     pthread_mutex_lock(&f->mu);
     f->queue[f->tail++] = ref->index;
     pthread_cond_signal(&f->cv);
     pthread_mutex_unlock(&f->mu);
 }
 
-/* Reports task i reaching every other task on both of its addresses. */
+/* Reports task i reaching every task it was told to probe on both of its addresses. */
 static int send_report(fleet *f, hvd_client *c, uint32_t i, hvd_reach *reach, hvd_err *err) {
     size_t k = 0;
-    for (uint32_t j = 0; j < f->n; j++) {
-        if (j == i) continue;
+    pthread_mutex_lock(&f->mu);
+    for (size_t x = 0; x < f->ntold[i]; x++) {
+        uint32_t j = f->told[i][x];
         reach[k++] = (hvd_reach){.to = j, .addrs = {f->addrs[j], 2}};
     }
+    f->pairs += k;
+    pthread_mutex_unlock(&f->mu);
     hvd_reachable_msg m = {.from = i, .reach = {reach, k}};
     return hvd_client_call(c, &hvd_reachable_desc, &m, &hvd_ack_desc, NULL, 0, HVD_CALL_RETRY, err);
 }
@@ -135,7 +153,7 @@ static void *reporter(void *p) {
     return NULL;
 }
 
-static int run(uint32_t n, bool header) {
+static int run(uint32_t n, bool per_host, bool header) {
     fleet f = {.n = n};
     hvd_err err;
     if (hvd_secret_generate(&f.secret, &err) != 0) return 1;
@@ -159,6 +177,8 @@ static int run(uint32_t n, bool header) {
     f.srv = calloc(n, sizeof *f.srv);
     f.addrs = calloc(n, sizeof *f.addrs);
     f.queue = calloc(n, sizeof *f.queue);
+    f.told = calloc(n, sizeof *f.told);
+    f.ntold = calloc(n, sizeof *f.ntold);
     fake_ref *refs = calloc(n, sizeof *refs);
     int rc = 0;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
@@ -178,6 +198,9 @@ static int run(uint32_t n, bool header) {
         uint16_t p = hvd_server_port(f.srv[i]);
         f.addrs[i][0] = (hvd_addr){.ifname = "lo", .host = "127.0.0.1", .port = p};
         f.addrs[i][1] = (hvd_addr){.ifname = "eth0", .host = "127.0.0.1", .port = p};
+        if (per_host) /* not reachable: the driver tells the fakes on lo */
+            snprintf(f.addrs[i][1].host, sizeof f.addrs[i][1].host, "127.1.%u.%u", (i / 8) / 250,
+                     (i / 8) % 250 + 1);
     }
     pthread_t th[REPORTERS];
     for (int t = 0; t < REPORTERS; t++)
@@ -215,6 +238,10 @@ static int run(uint32_t n, bool header) {
     free(f.srv);
     free(f.addrs);
     free(f.queue);
+    for (uint32_t i = 0; i < n; i++)
+        free(f.told[i]);
+    free(f.told);
+    free(f.ntold);
     free(refs);
     if (rc != 0) return 1;
     if (rep.rc != 0) {
@@ -222,29 +249,35 @@ static int run(uint32_t n, bool header) {
         return 1;
     }
     if (header) {
-        printf("| benchmark | tasks | round (ms) | common interfaces | driver peak RSS (MiB) |\n");
-        printf("|---|---|---|---|---|\n");
+        printf(
+            "| benchmark | tasks | hosts | pairs probed | round (ms) | common interfaces | driver "
+            "peak RSS (MiB) |\n");
+        printf("|---|---|---|---|---|---|---|\n");
     }
-    printf("| interface round (full mesh) | %u | %.1f | %s | %.1f |\n", n, rep.round_ms, rep.ifaces,
-           (double)hwm / 1024.0);
+    printf("| interface round (%s) | %u | %u | %llu | %.1f | %s | %.1f |\n",
+           per_host ? "network per host" : "one network", n, (n + 7) / 8,
+           (unsigned long long)f.pairs, rep.round_ms, rep.ifaces, (double)hwm / 1024.0);
     return f.failures ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
     uint32_t n = 1024;
-    bool header = false;
+    bool header = false, per_host = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--tasks") == 0 && i + 1 < argc)
             n = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--network-per-host") == 0)
+            per_host = true;
         else if (strcmp(argv[i], "--header") == 0)
             header = true;
         else {
-            fprintf(stderr, "usage: interfaces_bench [--tasks N] [--header]\n");
+            fprintf(stderr,
+                    "usage: interfaces_bench [--tasks N] [--network-per-host] [--header]\n");
             return 2;
         }
     }
     if (n < 2) return 2;
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
-    return run(n, header);
+    return run(n, per_host, header);
 }

@@ -12,6 +12,11 @@
  * this was written on, a program that only calls RAND_bytes() has a VmRSS of 5.3 MiB).
  * Those pages are shared by every process; the private memory is what each task adds.
  *
+ * Pss depends on how many processes map the same library pages at that moment (other tasks
+ * of the machine, anything else using libcrypto): alone, a task's Pss would be its VmRSS. So
+ * it also prints where the pages are, per mapped file (from /proc/<pid>/smaps): RSS, Pss and
+ * private KiB of the largest ones.
+ *
  * Usage: task_idle_rss HVD_TASK_BINARY [SETTLE_MS]   (prints one line per measurement) */
 #include <errno.h>
 #include <fcntl.h>
@@ -51,6 +56,57 @@ static long rollup_kib(pid_t pid, const char *field) {
         if (strncmp(line, field, fl) == 0 && line[fl] == ':') v = strtol(line + fl + 1, NULL, 10);
     fclose(f);
     return v;
+}
+
+/* Resident, proportional and private KiB of one mapped object (a file, or [heap], [anon]). */
+typedef struct mapping {
+    char name[96];
+    long rss, pss, priv;
+} mapping;
+
+static int by_rss(const void *a, const void *b) {
+    const mapping *x = a, *y = b;
+    return (y->rss > x->rss) - (y->rss < x->rss);
+}
+
+/* Prints the largest objects of /proc/<pid>/smaps by resident size. */
+static void print_mappings(pid_t pid) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/smaps", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    mapping m[256];
+    size_t n = 0;
+    mapping *cur = NULL;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8], name[400] = "";
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %399[^\n]", &lo, &hi, perms, name) >= 3) {
+            const char *base = name[0] ? strrchr(name, '/') : NULL;
+            const char *key = base ? base + 1 : name[0] ? name : "[anon]";
+            cur = NULL;
+            for (size_t i = 0; i < n && !cur; i++)
+                if (strcmp(m[i].name, key) == 0) cur = &m[i];
+            if (!cur && n < sizeof m / sizeof m[0]) {
+                cur = &m[n++];
+                memset(cur, 0, sizeof *cur);
+                snprintf(cur->name, sizeof cur->name, "%s", key);
+            }
+            continue;
+        }
+        long v;
+        if (!cur) continue;
+        if (sscanf(line, "Rss: %ld", &v) == 1) cur->rss += v;
+        if (sscanf(line, "Pss: %ld", &v) == 1) cur->pss += v;
+        if (sscanf(line, "Private_Clean: %ld", &v) == 1) cur->priv += v;
+        if (sscanf(line, "Private_Dirty: %ld", &v) == 1) cur->priv += v;
+    }
+    fclose(f);
+    qsort(m, n, sizeof m[0], by_rss);
+    printf("  largest mappings (RSS / Pss / private KiB):");
+    for (size_t i = 0; i < n && i < 8; i++)
+        printf("%s %s %ld/%ld/%ld", i ? ";" : "", m[i].name, m[i].rss, m[i].pss, m[i].priv);
+    printf("\n");
 }
 
 static void sleep_ms(int ms) {
@@ -110,6 +166,7 @@ int main(int argc, char **argv) {
     printf("hvd-task idle: VmRSS %ld KiB (%.2f MiB; target < 5 MiB: %s): anonymous %ld KiB, "
            "files %ld KiB; Pss %ld KiB; private %ld KiB; %ld threads\n",
            rss, rss / 1024.0, rss < 5 * 1024 ? "met" : "not met", anon, file, pss, priv, threads);
+    print_mappings(pid);
     hvd_driver_shutdown_tasks(d);
     int st;
     waitpid(pid, &st, 0);

@@ -37,6 +37,22 @@
 /* How long hvd-rsh waits for the driver to take its AGENT_REPORT before it exits anyway. */
 #define HVD_AGENT_REPORT_TIMEOUT_MS 2000
 
+/* Clients that reach a service at one of several addresses (the driver's, a task's) start the
+ * next address only when none of the started ones connected within this long or all failed:
+ * a service on this machine or a LAN then does one handshake per client, not one per address
+ * (hvd_client_config.stagger_ms). */
+#define HVD_CONNECT_STAGGER_MS 100
+/* How often the rank bootstrap and hvd-rsh try to reach the driver or a task when the service
+ * does not finish the handshake in time (a service on a machine busy starting 1000 ranks). */
+#define HVD_CONNECT_ATTEMPTS 3
+
+/* Descriptors a driver of N tasks may hold at once: N * PER_TASK + BASE. Measured with 1024
+ * tasks on 256 hosts: 3314 sockets at the peak of the launch (a long-poll per task, every
+ * rank's calls, the agents' connections), plus hvd-driver's handles of local tasks.
+ * hvd-driver raises its soft RLIMIT_NOFILE to it; the library warns when the limit is lower. */
+#define HVD_DRIVER_FDS_PER_TASK 4
+#define HVD_DRIVER_FDS_BASE     256
+
 /* Where hvd-rsh, hvd-exec and hvd-task are (default: next to the running program). */
 #define HVD_BIN_DIR_ENV "HVD_BIN_DIR"
 

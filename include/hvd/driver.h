@@ -59,21 +59,25 @@ char **hvd_driver_job_env(hvd_driver *d, hvd_err *err);
  * with the abort reason. Returns 0 when all are in. */
 int hvd_driver_wait_registration(hvd_driver *d, int timeout_ms, hvd_err *err);
 
-/* Tells every task that registration is complete (REGISTRATION_DONE with the table of all
- * tasks, sent from a pool of up to 16 threads), waits for each task's report of which peers'
- * addresses it reached (a full mesh), and returns the interface names usable between every
- * ordered pair of tasks, in the order task 0 declared them, as a malloc'd NULL-terminated
- * array (free each string, then the array). Only names that every task declared can be
- * returned (an interface MPI uses must exist on every host): a reached address counts for the
- * name it carries if that is one of them. If there is none, the tasks are told without
- * probing and the call fails naming, for each of task 0's names, a task without it.
- * REGISTRATION_DONE.probe is true only when the tasks must probe: not with user-fixed nics
- * (returned as given) and not with one task (its own interface names are returned; it has no
- * peer to probe and sends no report). timeout_ms (< 0: no limit) bounds the whole exchange.
- * Must not be called on the loop thread (it blocks) nor before registration is complete
- * (HVD_E_STATE). Returns -1 with an error naming the tasks that could not be told (HVD_E_IO),
- * the tasks that did not report in time (HVD_E_TIMEOUT), or the pairs that share no
- * interface (HVD_E_NOT_FOUND; at most 10 named, then "and N more"). */
+/* Tells every task that registration is complete (REGISTRATION_DONE, sent from a pool of up
+ * to 16 threads, carrying the tasks each is to probe), waits for the report of every task that
+ * probes, and returns the interface names usable between every ordered pair of hosts, in the
+ * order task 0 declared them, as a malloc'd NULL-terminated array (free each string, then the
+ * array). The probe plan: the lowest task of each host probes other hosts' lowest tasks;
+ * hosts that declared the same addresses probe each other in a ring (which proves they share
+ * a network stack) and the first of each such network every other first; hosts with their own
+ * addresses therefore probe every ordered pair (docs/launcher.md, "Which interfaces"). With
+ * one host nothing is probed and every candidate is returned. Only names with an IPv4 address
+ * that every task declared can be returned (an interface MPI uses must exist on every host):
+ * a reached address counts for the name it carries if that is one of them. If there is none,
+ * the tasks are told without probing and the call fails naming, for each of task 0's names, a
+ * task without it. REGISTRATION_DONE.probe is true only for the tasks that must probe: never
+ * with user-fixed nics (returned as given) and not with one task (its own interface names are
+ * returned). timeout_ms (< 0: no limit) bounds the whole exchange. Must not be called on the
+ * loop thread (it blocks) nor before registration is complete (HVD_E_STATE). Returns -1 with
+ * an error naming the tasks that could not be told (HVD_E_IO), the tasks that did not report
+ * in time (HVD_E_TIMEOUT), or the probed pairs that share no interface (HVD_E_NOT_FOUND; at
+ * most 10 named, then "and N more"). */
 int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, hvd_err *err);
 
 /* The -H host list for mpirun: "<host hash>:<slots>,..." with hosts sorted by name and then

@@ -182,8 +182,9 @@ extern const hvd_msg_desc hvd_result_desc;          /* RESULT reply */
 
 /* What the driver tells each task once every task registered. */
 typedef struct hvd_peers_msg {
-    bool probe;     /* false: the user fixed the interfaces; skip probing */
-    hvd_list tasks; /* hvd_task_info of every task (the receiver probes the others) */
+    bool probe;     /* false: nothing to probe here (or the user fixed the interfaces) */
+    hvd_list tasks; /* hvd_task_info of the tasks the receiver is to probe (index, host
+                       hash and candidate addresses only; empty when probe is false) */
 } hvd_peers_msg;
 extern const hvd_msg_desc hvd_registration_done_desc;
 

@@ -201,10 +201,14 @@ typedef struct hvd_client_config {
     int probe_timeout_ms; /* connect + handshake budget per probe round; 0: 3000 */
     int io_timeout_ms;    /* default per-call timeout; 0: 30000 */
     size_t max_frame;     /* 0: HVD_DEFAULT_MAX_FRAME */
+    int stagger_ms;       /* > 0: start the next address only when the started ones failed,
+                             none connected within this long, or none finished the
+                             handshake within ten times as long (0: all at once) */
 } hvd_client_config;
 
-/* Connects: starts TCP connects to all addresses at once, runs the handshake on the first
- * that connects, and falls back to the next on failure. Returns NULL with err: code
+/* Connects: starts TCP connects to all addresses at once (or one after the other, stagger_ms
+ * apart, as long as none has connected), runs the handshake on the first that connects, and
+ * falls back to the next on failure. Returns NULL with err: code
  * HVD_E_AUTH when a service answered but the handshake failed (wrong secret or wrong
  * service), HVD_E_TIMEOUT or HVD_E_IO otherwise; the message lists what each address did. */
 hvd_client *hvd_client_connect(const hvd_client_config *cfg, hvd_err *err);

@@ -1,6 +1,10 @@
 /* Tests of hvd_driver_common_interfaces against fake task services: real "task i" servers on
  * loopback that answer REGISTRATION_DONE and then, from a client of their own, send the
- * driver a scripted REPORT_REACHABLE built from the task table the driver sent them. */
+ * driver a scripted REPORT_REACHABLE built from the tasks the driver told them to probe.
+ * Tasks 2h and 2h+1 are host h; only 2h (the host's lowest task) probes. With one network
+ * (every host declares the same addresses, as fake hosts on one machine do) the hosts probe
+ * each other in a ring; with a network per host (eth0 127.0.1.h) every ordered pair of
+ * hosts is probed. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -138,9 +142,28 @@ static const char *all_both(uint32_t i, uint32_t j) {
     return "lo,eth0";
 }
 
-/* Starts n fake tasks and a driver, and registers each task with a "lo" and an "eth0" address
- * (both 127.0.0.1 with the fake's port). */
-static bool job_start(job *jb, uint32_t n, reach_fn reach, const char *const *nics) {
+/* Networks: the eth0 address of host h ("127.0.0.1": every host on one network). */
+typedef void (*eth0_fn)(uint32_t host, char *out, size_t len);
+
+static void one_network(uint32_t host, char *out, size_t len) {
+    (void)host;
+    snprintf(out, len, "127.0.0.1");
+}
+
+static void network_per_host(uint32_t host, char *out, size_t len) {
+    snprintf(out, len, "127.0.1.%u", host);
+}
+
+/* Hosts 0 and 1 on one network, the others on another. */
+static void two_networks(uint32_t host, char *out, size_t len) {
+    snprintf(out, len, "127.0.1.%u", host < 2 ? 1 : 2);
+}
+
+/* Starts n fake tasks and a driver, and registers each task with a "lo" address (127.0.0.1),
+ * an "eth0" address (eth0(host)) and an IPv6 "lo" address, all with the fake's port. The
+ * driver reaches the fakes on 127.0.0.1 (the other addresses are refused or unused). */
+static bool job_start_net(job *jb, uint32_t n, reach_fn reach, const char *const *nics,
+                          eth0_fn eth0) {
     memset(jb, 0, sizeof *jb);
     jb->n = n;
     logcap_init(&jb->lc);
@@ -171,11 +194,13 @@ static bool job_start(job *jb, uint32_t n, reach_fn reach, const char *const *ni
         CHECK(hvd_server_start(f->srv, &err) == 0);
         f->started = pthread_create(&f->th, NULL, reporter, f) == 0;
         uint16_t port = hvd_server_port(f->srv);
-        hvd_addr a[2] = {{.ifname = "lo", .host = "127.0.0.1", .port = port},
-                         {.ifname = "eth0", .host = "127.0.0.1", .port = port}};
+        hvd_addr a[3] = {{.ifname = "lo", .host = "127.0.0.1", .port = port},
+                         {.ifname = "eth0", .port = port},
+                         {.ifname = "lo", .host = "::1", .port = port}};
+        eth0(i / 2, a[1].host, sizeof a[1].host);
         char host[32];
         snprintf(host, sizeof host, "host%u", i / 2);
-        if (register_addrs(c, i, host, a, 2, &err) != 0) {
+        if (register_addrs(c, i, host, a, 3, &err) != 0) {
             CHECK_MSG(0, "%s", err.msg);
             ok = false;
             break;
@@ -185,6 +210,10 @@ static bool job_start(job *jb, uint32_t n, reach_fn reach, const char *const *ni
     hvd_err err;
     if (ok) CHECK_MSG(hvd_driver_wait_registration(jb->d, 10000, &err) == 0, "%s", err.msg);
     return ok;
+}
+
+static bool job_start(job *jb, uint32_t n, reach_fn reach, const char *const *nics) {
+    return job_start_net(jb, n, reach, nics, one_network);
 }
 
 static void job_stop(job *jb) {
@@ -230,20 +259,29 @@ static int run_round(job *jb, int timeout_ms, char *buf, size_t len, hvd_err *er
     return rc;
 }
 
-/* Every fake was told once, with the whole table and the expected probe flag. */
-static void check_told(job *jb, bool probe) {
+/* Every fake was told once; the lowest task of each host (even index) was told to probe the
+ * expected number of tasks (0: told not to probe), the others to probe nothing; the tasks to
+ * probe are hosts' lowest tasks, the first after the prober's own index first, each with its
+ * IPv4 addresses only. */
+static void check_told(job *jb, uint32_t targets) {
     for (uint32_t i = 0; i < jb->n; i++) {
         fake *f = &jb->fakes[i];
         pthread_mutex_lock(&f->mu);
         CHECK_MSG(f->notified == 1, "task %u told %d times", i, f->notified);
-        CHECK(f->peers.probe == probe);
-        CHECK(f->peers.tasks.n == jb->n);
+        uint32_t want = i % 2 == 0 ? targets : 0;
+        CHECK_MSG(f->peers.probe == (want > 0), "task %u probe %d", i, f->peers.probe);
+        CHECK_MSG(f->peers.tasks.n == want, "task %u told to probe %zu", i, f->peers.tasks.n);
         const hvd_task_info *t = f->peers.tasks.v;
         for (uint32_t k = 0; k < f->peers.tasks.n; k++) {
             char host[32];
-            snprintf(host, sizeof host, "host%u", k / 2);
-            CHECK(t[k].index == k && strcmp(t[k].host_hash, host) == 0 && t[k].addrs.n == 2);
+            snprintf(host, sizeof host, "host%u", t[k].index / 2);
+            CHECK(t[k].index % 2 == 0 && t[k].index != i && strcmp(t[k].host_hash, host) == 0);
+            CHECK_MSG(t[k].addrs.n == 2, "task %u's view of %u: %zu addresses", i, t[k].index,
+                      t[k].addrs.n);
         }
+        if (f->peers.tasks.n > 1)
+            CHECK_MSG(t[0].index > i || t[f->peers.tasks.n - 1].index < i,
+                      "task %u starts probing at %u", i, t[0].index);
         pthread_mutex_unlock(&f->mu);
     }
 }
@@ -275,20 +313,60 @@ static void test_all_share(void) {
         hvd_err err;
         CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
         CHECK_MSG(strcmp(got, "lo,eth0") == 0, "%s", got);
-        check_told(&jb, true);
+        check_told(&jb, 1); /* a ring of two hosts: task 0 -> task 2 -> task 0 */
+        CHECK(wait_reports_sent(&jb, 2, 2000));
+        CHECK(LOG_HAS(&jb.lc, "probing 2 pair(s) of tasks for 4 task(s) on 2 host(s), 1 network"));
+        CHECK(LOG_HAS(&jb.lc, "interfaces that connect every pair of hosts: lo,eth0"));
+    }
+    job_stop(&jb);
+}
+
+/* Eight hosts each with its own address: every ordered pair of hosts (56) is probed. */
+static void test_network_per_host(void) {
+    job jb;
+    if (job_start_net(&jb, 16, all_both, NULL, network_per_host)) {
+        char got[128];
+        hvd_err err;
+        CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
+        CHECK_MSG(strcmp(got, "lo,eth0") == 0, "%s", got);
+        check_told(&jb, 7);
+        CHECK(wait_reports_sent(&jb, 8, 2000));
+        CHECK(
+            LOG_HAS(&jb.lc, "probing 56 pair(s) of tasks for 16 task(s) on 8 host(s), 8 network"));
+    }
+    job_stop(&jb);
+}
+
+/* Two networks of two hosts: a ring in each (2 + 2 pairs) and the two first hosts both ways
+ * (2 pairs). */
+static void test_two_networks(void) {
+    job jb;
+    if (job_start_net(&jb, 8, all_both, NULL, two_networks)) {
+        char got[128];
+        hvd_err err;
+        CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
+        CHECK_MSG(strcmp(got, "lo,eth0") == 0, "%s", got);
+        CHECK(LOG_HAS(&jb.lc, "probing 6 pair(s) of tasks for 8 task(s) on 4 host(s), 2 network"));
+        /* Task 0 and task 4 lead their networks: each probes its ring peer and the other. */
+        uint32_t want[8] = {2, 0, 1, 0, 2, 0, 1, 0};
+        for (uint32_t i = 0; i < 8; i++) {
+            pthread_mutex_lock(&jb.fakes[i].mu);
+            CHECK_MSG(jb.fakes[i].peers.tasks.n == want[i], "task %u probes %zu", i,
+                      jb.fakes[i].peers.tasks.n);
+            pthread_mutex_unlock(&jb.fakes[i].mu);
+        }
         CHECK(wait_reports_sent(&jb, 4, 2000));
-        CHECK(LOG_HAS(&jb.lc, "interfaces that connect every pair of tasks: lo,eth0"));
     }
     job_stop(&jb);
 }
 
 static const char *one_pair_lacks_eth0(uint32_t i, uint32_t j) {
-    return i == 1 && j == 2 ? "lo" : "lo,eth0";
+    return i == 2 && j == 4 ? "lo" : "lo,eth0";
 }
 
 static void test_one_pair_lacks_eth0(void) {
     job jb;
-    if (job_start(&jb, 4, one_pair_lacks_eth0, NULL)) {
+    if (job_start_net(&jb, 8, one_pair_lacks_eth0, NULL, network_per_host)) {
         char got[128];
         hvd_err err;
         CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
@@ -298,43 +376,58 @@ static void test_one_pair_lacks_eth0(void) {
 }
 
 static const char *one_pair_nothing(uint32_t i, uint32_t j) {
-    return i == 2 && j == 3 ? "" : "lo,eth0";
+    return i == 4 && j == 6 ? "" : "lo,eth0";
 }
 
 static void test_one_pair_nothing(void) {
     job jb;
-    if (job_start(&jb, 4, one_pair_nothing, NULL)) {
+    if (job_start_net(&jb, 8, one_pair_nothing, NULL, network_per_host)) {
         char got[128];
         hvd_err err;
         CHECK(run_round(&jb, 10000, got, sizeof got, &err) == -1);
         fprintf(stderr, "  error: %s\n", err.msg);
         CHECK(err.code == HVD_E_NOT_FOUND);
-        CHECK_MSG(strstr(err.msg, "in 1 pair(s) the first task reached none of the second's "
-                                  "addresses on lo, eth0: task 2 -> task 3:") &&
+        CHECK_MSG(strstr(err.msg, "no network interface connects every pair of hosts: in 1 "
+                                  "probed pair(s) the first host's task reached none of the "
+                                  "second's addresses on lo, eth0: task 4 -> task 6:") &&
                       strstr(err.msg, "--nics"),
                   "%s", err.msg);
         /* The reverse direction works, and is not blamed (the mesh is directed). */
-        CHECK(strstr(err.msg, "task 3 -> task 2") == NULL);
+        CHECK(strstr(err.msg, "task 6 -> task 4") == NULL);
+    }
+    job_stop(&jb);
+}
+
+/* Hosts that declare the same addresses but do not share a network stack (containers with the
+ * same private address on different machines): the ring between them fails, and says so. */
+static void test_same_addresses_apart(void) {
+    job jb;
+    if (job_start(&jb, 8, one_pair_nothing, NULL)) {
+        char got[128];
+        hvd_err err;
+        CHECK(run_round(&jb, 10000, got, sizeof got, &err) == -1 && err.code == HVD_E_NOT_FOUND);
+        CHECK_MSG(strstr(err.msg, "in 1 probed pair(s)") && strstr(err.msg, "task 4 -> task 6"),
+                  "%s", err.msg);
     }
     job_stop(&jb);
 }
 
 static const char *split_interfaces(uint32_t i, uint32_t j) {
-    if (i == 0 && j == 1) return "lo";
-    if (i == 2 && j == 3) return "eth0";
+    if (i == 0 && j == 2) return "lo";
+    if (i == 4 && j == 6) return "eth0";
     return "lo,eth0";
 }
 
 static void test_no_single_interface(void) {
     job jb;
-    if (job_start(&jb, 4, split_interfaces, NULL)) {
+    if (job_start_net(&jb, 8, split_interfaces, NULL, network_per_host)) {
         char got[128];
         hvd_err err;
         CHECK(run_round(&jb, 10000, got, sizeof got, &err) == -1 && err.code == HVD_E_NOT_FOUND);
         fprintf(stderr, "  error: %s\n", err.msg);
         CHECK_MSG(strstr(err.msg, "no single network interface") &&
-                      strstr(err.msg, "lo fails task 2 -> task 3") &&
-                      strstr(err.msg, "eth0 fails task 0 -> task 1"),
+                      strstr(err.msg, "lo fails task 4 -> task 6") &&
+                      strstr(err.msg, "eth0 fails task 0 -> task 2"),
                   "%s", err.msg);
     }
     job_stop(&jb);
@@ -346,16 +439,16 @@ static const char *many_pairs_nothing(uint32_t i, uint32_t j) {
 
 static void test_many_pairs_listed(void) {
     job jb;
-    if (job_start(&jb, 16, many_pairs_nothing, NULL)) {
+    if (job_start_net(&jb, 32, many_pairs_nothing, NULL, network_per_host)) {
         char got[128];
         hvd_err err;
         CHECK(run_round(&jb, 10000, got, sizeof got, &err) == -1 && err.code == HVD_E_NOT_FOUND);
         fprintf(stderr, "  error: %s\n", err.msg);
-        CHECK_MSG(strstr(err.msg, "in 15 pair(s) the first task reached none of the second's "
-                                  "addresses on lo, eth0: task 1 -> task 0, ") &&
-                      strstr(err.msg, "task 10 -> task 0 and 5 more"),
+        CHECK_MSG(strstr(err.msg, "in 15 probed pair(s) the first host's task reached none of the "
+                                  "second's addresses on lo, eth0: task 2 -> task 0, ") &&
+                      strstr(err.msg, "task 20 -> task 0 and 5 more"),
                   "%s", err.msg);
-        CHECK(strstr(err.msg, "task 11 -> task 0") == NULL);
+        CHECK(strstr(err.msg, "task 22 -> task 0") == NULL);
     }
     job_stop(&jb);
 }
@@ -363,9 +456,9 @@ static void test_many_pairs_listed(void) {
 static void test_task_never_reports(void) {
     job jb;
     if (job_start(&jb, 4, all_both, NULL)) {
-        pthread_mutex_lock(&jb.fakes[3].mu);
-        jb.fakes[3].never_report = true;
-        pthread_mutex_unlock(&jb.fakes[3].mu);
+        pthread_mutex_lock(&jb.fakes[2].mu);
+        jb.fakes[2].never_report = true;
+        pthread_mutex_unlock(&jb.fakes[2].mu);
         char got[128];
         hvd_err err;
         int64_t t0 = test_now_ms();
@@ -373,12 +466,12 @@ static void test_task_never_reports(void) {
         int64_t took = test_now_ms() - t0;
         fprintf(stderr, "  error: %s\n", err.msg);
         CHECK(err.code == HVD_E_TIMEOUT);
-        CHECK_MSG(strstr(err.msg, "3 of 4 reported, missing task(s) 3:") != NULL, "%s", err.msg);
+        CHECK_MSG(strstr(err.msg, "1 of 2 reported, missing task(s) 2:") != NULL, "%s", err.msg);
         CHECK_MSG(took >= 1400 && took < 4000, "took %lld ms", (long long)took);
         /* A later round with the task fixed succeeds (reports of the old round are dropped). */
-        pthread_mutex_lock(&jb.fakes[3].mu);
-        jb.fakes[3].never_report = false;
-        pthread_mutex_unlock(&jb.fakes[3].mu);
+        pthread_mutex_lock(&jb.fakes[2].mu);
+        jb.fakes[2].never_report = false;
+        pthread_mutex_unlock(&jb.fakes[2].mu);
         CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
         CHECK(strcmp(got, "lo,eth0") == 0);
     }
@@ -388,18 +481,18 @@ static void test_task_never_reports(void) {
 static void test_task_unreachable(void) {
     job jb;
     if (job_start(&jb, 4, all_both, NULL)) {
-        hvd_server_destroy(jb.fakes[2].srv); /* task 2's service is gone: refused */
-        jb.fakes[2].srv = NULL;
+        hvd_server_destroy(jb.fakes[1].srv); /* task 1's service is gone: refused */
+        jb.fakes[1].srv = NULL;
         char got[128];
         hvd_err err;
         CHECK(run_round(&jb, 5000, got, sizeof got, &err) == -1);
         fprintf(stderr, "  error: %s\n", err.msg);
         CHECK(err.code == HVD_E_IO);
         CHECK_MSG(strstr(err.msg, "could not tell 1 of 4 task(s)") &&
-                      strstr(err.msg, "task 2 (host "),
+                      strstr(err.msg, "task 1 (host "),
                   "%s", err.msg);
         /* The others were told, and probed anyway. */
-        CHECK(wait_reports_sent(&jb, 3, 5000));
+        CHECK(wait_reports_sent(&jb, 2, 5000));
     }
     job_stop(&jb);
 }
@@ -438,7 +531,7 @@ static const char *reach_extra_names(uint32_t i, uint32_t j) {
 
 static void test_undeclared_names_ignored(void) {
     job jb;
-    if (job_start(&jb, 3, reach_extra_names, NULL)) {
+    if (job_start_net(&jb, 6, reach_extra_names, NULL, network_per_host)) {
         char got[128];
         hvd_err err;
         CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
@@ -456,7 +549,7 @@ static void test_user_nics(void) {
         CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
         CHECK_MSG(strcmp(got, "ib0,eth9") == 0, "%s", got);
         /* Every task was told, without probing; nobody reported. */
-        check_told(&jb, false);
+        check_told(&jb, 0);
         usleep(100 * 1000);
         CHECK(reports_sent(&jb) == 0);
     }
@@ -470,7 +563,21 @@ static void test_one_task(void) {
         hvd_err err;
         CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
         CHECK_MSG(strcmp(got, "lo,eth0") == 0, "%s", got);
-        check_told(&jb, false);
+        check_told(&jb, 0);
+    }
+    job_stop(&jb);
+}
+
+/* Two tasks of one host: nobody probes (both run under one orted), every candidate counts. */
+static void test_one_host(void) {
+    job jb;
+    if (job_start(&jb, 2, all_both, NULL)) {
+        char got[128];
+        hvd_err err;
+        CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
+        CHECK_MSG(strcmp(got, "lo,eth0") == 0, "%s", got);
+        check_told(&jb, 0);
+        CHECK(reports_sent(&jb) == 0);
     }
     job_stop(&jb);
 }
@@ -485,7 +592,7 @@ static void test_sixteen_tasks(void) {
         fprintf(stderr, "  16 tasks: told, probed and reported in %lld ms\n",
                 (long long)(test_now_ms() - t0));
         CHECK(strcmp(got, "lo,eth0") == 0);
-        check_told(&jb, true);
+        check_told(&jb, 1);
     }
     job_stop(&jb);
 }
@@ -493,8 +600,11 @@ static void test_sixteen_tasks(void) {
 int main(void) {
     dtest_init();
     RUN(test_all_share);
+    RUN(test_network_per_host);
+    RUN(test_two_networks);
     RUN(test_one_pair_lacks_eth0);
     RUN(test_one_pair_nothing);
+    RUN(test_same_addresses_apart);
     RUN(test_no_single_interface);
     RUN(test_many_pairs_listed);
     RUN(test_task_never_reports);
@@ -503,6 +613,7 @@ int main(void) {
     RUN(test_undeclared_names_ignored);
     RUN(test_user_nics);
     RUN(test_one_task);
+    RUN(test_one_host);
     RUN(test_sixteen_tasks);
     return test_finish();
 }

@@ -1014,6 +1014,18 @@ static void test_probing(void) {
     CHECK_MSG(took < 2000, "connect took %lld ms", (long long)took);
     hvd_client_close(c);
 
+    /* Staggered: the refused address is passed at once, the black hole after one stagger, the
+     * silent listener (connected, no handshake) after ten: the service still wins in time. */
+    hvd_client_config st = cc;
+    st.stagger_ms = 100;
+    t0 = test_now_ms();
+    c = hvd_client_connect(&st, &err);
+    took = test_now_ms() - t0;
+    CHECK_MSG(c != NULL, "%s", err.msg);
+    CHECK(c && hvd_client_addr(c)->port == hvd_server_port(sv->srv));
+    CHECK_MSG(took >= 900 && took < 2000, "staggered connect took %lld ms", (long long)took);
+    hvd_client_close(c);
+
     /* Nothing alive: the error says what each address did. */
     hvd_client_config bad = cc;
     bad.naddrs = 3;
@@ -1047,6 +1059,15 @@ static void test_probing(void) {
     hvd_addr two[2] = {{"lo", "127.0.0.1", hvd_server_port(sv->srv)},
                        {"lo", "127.0.0.1", hvd_server_port(sv2->srv)}};
     hvd_client_config cc2 = {.service = "probe", .secret = g_secret, .addrs = two, .naddrs = 2};
+    /* Staggered, a service that answers on its first address is the only one contacted. */
+    cc2.stagger_ms = 100;
+    uint64_t before = stats(sv2).accepted;
+    c = hvd_client_connect(&cc2, &err);
+    CHECK_MSG(c && hvd_client_addr(c)->port == two[0].port, "%s", c ? "second address" : err.msg);
+    hvd_client_close(c);
+    usleep(50 * 1000);
+    CHECK_MSG(stats(sv2).accepted == before, "the second address was contacted too");
+    cc2.stagger_ms = 0;
     c = hvd_client_connect(&cc2, &err);
     CHECK(c != NULL);
     if (c) {

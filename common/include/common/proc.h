@@ -130,4 +130,10 @@ void hvd_proc_free(hvd_proc *p);
  * fallback paths get exercised. Affects commands started afterwards. */
 void hvd_proc_force_fallbacks(int on);
 
+/* Makes sure this process may open at least `want` descriptors: raises the soft
+ * RLIMIT_NOFILE towards `want` (never above the hard limit, never lowers it; children
+ * inherit it, so it is raised only as far as asked). Returns the soft limit now (or
+ * LONG_MAX when unlimited), which is below `want` when the hard limit is. */
+long hvd_nofile_ensure(long want);
+
 #endif
