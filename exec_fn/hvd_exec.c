@@ -1,5 +1,5 @@
-/* hvd-exec (also installed as mpirun_exec_fn): the rank bootstrap that orted starts once per
- * rank (DESIGN.md section 2, step 7).
+/* hvd-exec (also installed as mpirun_exec_fn): the rank bootstrap that the MPI daemon (orted,
+ * prted, hydra_pmi_proxy) starts once per rank (DESIGN.md section 2, step 7).
  *
  * It tells the driver (host hash, local rank, rank) and learns which task it represents,
  * takes that task's GPUs, changes into the executor's work dir, fetches the entry point from
@@ -31,7 +31,8 @@
 static const char USAGE[] =
     "usage: hvd-exec\n"
     "\n"
-    "The rank bootstrap of hvd-bridge: mpirun's orted starts it once per rank, as in\n"
+    "The rank bootstrap of hvd-bridge: the MPI daemon (orted, prted, hydra_pmi_proxy) starts it\n"
+    "once per rank, as in\n"
     "  mpirun -H <host hashes> -mca plm_rsh_agent hvd-rsh ... hvd-exec\n"
     "It asks the driver which task service this rank stands for, takes that task's GPUs,\n"
     "changes into the executor's work dir, fetches the job's entry point from the driver and\n"
@@ -43,8 +44,9 @@ static const char USAGE[] =
     "rank's task service. hvd-exec dies with its parent.\n"
     "\n"
     "Environment read:\n"
-    "  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (or HOROVOD_RANK, HOROVOD_SIZE,\n"
-    "  HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE); HOROVOD_HOSTNAME (the host hash);\n"
+    "  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (Open MPI 4 and 5), or PMI_RANK,\n"
+    "  PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (MPICH's Hydra), or HOROVOD_RANK,\n"
+    "  HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE; HOROVOD_HOSTNAME (the host hash);\n"
     "  HOROVOD_SPARK_WORK_DIR; HVD_DRIVER_ADDRS; HVD_SECRET or HVD_SECRET_FILE.\n"
     "Environment given to a program entry point, besides its own:\n"
     "  HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE, HVD_TASK_INDEX,\n"
@@ -66,9 +68,11 @@ typedef struct rank_info {
     hvd_task_info task;
 } rank_info;
 
-static int env_int(const char *a, const char *b, int *out) {
-    const char *v = getenv(a);
-    if (!v || !*v) v = b ? getenv(b) : NULL;
+/* The first of the variables (a NULL-terminated list) that is set, as a number. */
+static int env_int(const char *const *names, int *out) {
+    const char *v = NULL;
+    for (size_t i = 0; names[i] && (!v || !*v); i++)
+        v = getenv(names[i]);
     if (!v || !*v) return -1;
     char *end;
     long n = strtol(v, &end, 10);
@@ -367,17 +371,27 @@ static void report(const rank_info *ri, int status, const uint8_t *data, size_t 
 
 /* ---- The rank's life --------------------------------------------------------------------- */
 
-/* The rank's numbers and host hash from the environment orted gives it. Returns 0, or the
- * exit status after printing why. */
+/* Where each launcher puts the rank's numbers: Open MPI (orted and prted), Hydra's proxy
+ * (MPICH, Intel MPI), or by hand. */
+static const char *const RANK_VARS[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK", NULL};
+static const char *const SIZE_VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_SIZE", NULL};
+static const char *const LOCAL_RANK_VARS[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                              "HOROVOD_LOCAL_RANK", NULL};
+static const char *const LOCAL_SIZE_VARS[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                              "HOROVOD_LOCAL_SIZE", NULL};
+
+/* The rank's numbers and host hash from the environment the MPI daemon (orted, prted,
+ * hydra_pmi_proxy) gives it. Returns 0, or the exit status after printing why. */
 static int rank_from_env(rank_info *ri) {
-    if (env_int("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", &ri->rank) != 0)
-        return fail("%s is not set: hvd-exec must be started by mpirun (or with HOROVOD_RANK)",
-                    "OMPI_COMM_WORLD_RANK");
-    if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", &ri->local_rank) != 0)
-        return fail("%s is not set", "OMPI_COMM_WORLD_LOCAL_RANK (or HOROVOD_LOCAL_RANK)");
-    if (env_int("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", &ri->size) != 0) ri->size = 0;
-    if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", &ri->local_size) != 0)
-        ri->local_size = 0;
+    if (env_int(RANK_VARS, &ri->rank) != 0)
+        return fail("%s is not set: hvd-exec must be started by mpirun or mpiexec (or with "
+                    "HOROVOD_RANK)",
+                    "OMPI_COMM_WORLD_RANK (Open MPI) or PMI_RANK (MPICH)");
+    if (env_int(LOCAL_RANK_VARS, &ri->local_rank) != 0)
+        return fail("%s is not set", "OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID (MPICH) or "
+                                     "HOROVOD_LOCAL_RANK");
+    if (env_int(SIZE_VARS, &ri->size) != 0) ri->size = 0;
+    if (env_int(LOCAL_SIZE_VARS, &ri->local_size) != 0) ri->local_size = 0;
     ri->host_hash = getenv(HVD_HOSTNAME_ENV);
     if (!ri->host_hash || !*ri->host_hash)
         return fail("%s is not set: hvd-exec must run under a task service's orted",
