@@ -124,10 +124,23 @@ static void tail_last_line(const tail *t, char *out, size_t cap) {
     out[n] = '\0';
 }
 
+/* Hydra's proxy (MPICH, Intel MPI) hands each rank its PMI connection as an inherited
+ * descriptor named in PMI_FD; the process runner passes a program no descriptor it is not told
+ * of, so without this MPI_Init fails there ("PMI_Init returned -1"). Returns that descriptor,
+ * or -1 when there is none (Open MPI's ranks find their PMIx server by address). */
+static int pmi_fd(void) {
+    const char *v = getenv("PMI_FD");
+    char *end;
+    long fd = v && *v ? strtol(v, &end, 10) : -1;
+    if (fd < 0 || *end || fd > 1 << 20 || fcntl((int)fd, F_GETFD) < 0) return -1;
+    return (int)fd;
+}
+
 /* The program's environment: ours, with the rank's variables under Horovod's names and
  * torch.distributed's (MASTER_ADDR and MASTER_PORT come from mpirun), the task's GPUs as the
- * only visible ones, and an ARGV_IO program's descriptors. NULL on out of memory. */
-static char **program_env(const rank_info *ri, bool io) {
+ * only visible ones, an ARGV_IO program's descriptors, and the number the PMI connection has
+ * in the program (pmi: "" if it has none). NULL on out of memory. */
+static char **program_env(const rank_info *ri, bool io, const char *pmi) {
     char rank[16], size[16], lrank[16], lsize[16], index[16], pfd[8], rfd[8];
     snprintf(rank, sizeof rank, "%d", ri->rank);
     snprintf(size, sizeof size, "%d", ri->size);
@@ -155,6 +168,7 @@ static char **program_env(const rank_info *ri, bool io) {
         ch[n++] = (hvd_env_change){"HVD_PAYLOAD_FD", pfd};
         ch[n++] = (hvd_env_change){"HVD_RESULT_FD", rfd};
     }
+    if (pmi[0]) ch[n++] = (hvd_env_change){"PMI_FD", pmi};
     extern char **environ;
     char **envp = hvd_env_build(environ, ch, n, NULL);
     free(gpus);
@@ -239,21 +253,28 @@ static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd
                        hvd_entry_result *res) {
     bool io = code->kind == HVD_CODE_ARGV_IO;
     program_out o = {.result_fd = -1};
-    int fds[2] = {-1, -1};
+    int fds[3] = {-1, -1, -1}, nfds = io ? 2 : 0;
     if (io && open_io(&code->object, fds, &o.result_fd, res->error, sizeof res->error) != 0)
         return -1;
-    char **envp = program_env(ri, io);
+    /* The PMI connection follows the ARGV_IO descriptors (3, 4) as the program's next one. */
+    char pmi[16] = "";
+    int pmi_at = pmi_fd();
+    if (pmi_at >= 0) {
+        fds[nfds] = pmi_at;
+        snprintf(pmi, sizeof pmi, "%d", 3 + nfds++);
+    }
+    char **envp = program_env(ri, io, pmi);
     hvd_proc_spec spec = {.argv = code->argv.v,
                           .envp = envp,
                           .pass_stdout = true,
                           .stdout_fd = 1,
                           .extra_fds = fds,
-                          .n_extra_fds = io ? 2 : 0};
+                          .n_extra_fds = nfds};
     hvd_err err = {.msg = "out of memory"};
     hvd_proc *p = envp ? hvd_proc_start(&spec, &err) : NULL;
     hvd_env_free(envp);
-    hvd_close_fd(&fds[0]); /* the program holds them now */
-    hvd_close_fd(&fds[1]);
+    for (int i = 0; i < nfds; i++) /* the program holds them now */
+        hvd_close_fd(&fds[i]);
     if (!p) {
         snprintf(res->error, sizeof res->error, "%s", err.msg);
         hvd_close_fd(&o.result_fd);
