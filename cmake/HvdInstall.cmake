@@ -14,7 +14,9 @@ function(hvd_shared_from name output)
                         SOVERSION ${PROJECT_VERSION_MAJOR}
                         LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
   target_link_libraries(${name} PRIVATE -Wl,--whole-archive ${ARGN} -Wl,--no-whole-archive)
-  target_link_options(${name} PRIVATE -Wl,--no-undefined)
+  if(NOT HVD_SANITIZE) # a sanitized library leaves the sanitizer runtime to the executable
+    target_link_options(${name} PRIVATE -Wl,--no-undefined)
+  endif()
   install(TARGETS ${name} LIBRARY DESTINATION ${HVD_INSTALL_LIBDIR})
 endfunction()
 
