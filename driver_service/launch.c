@@ -112,20 +112,24 @@ static bool task0_addr(hvd_driver *d, char *const *ifaces, char *host, size_t ca
     return ok;
 }
 
-/* Where Hydra's proxies call mpiexec back: the driver's address on the first shared interface
- * (IPv4 first), else its first IPv4 address. Without it mpiexec gives its hostname, which
+/* Where Hydra's proxies call mpiexec back: the driver's IPv4 address on the first shared
+ * interface that is not loopback, else on any interface that is not, else its first IPv4
+ * address (a driver with loopback only). Without it mpiexec gives its hostname, which
  * executors may not resolve (and Hydra resolves every host name of -hosts to find itself). */
 static bool control_addr(hvd_driver *d, char *const *ifaces, char *out, size_t cap) {
     hvd_addr *addrs;
     size_t n;
     if (hvd_driver_addrs(d, &addrs, &n, NULL) != 0) return false;
     const hvd_addr *pick = NULL;
-    for (int pass = 0; pass < 2 && !pick; pass++)
-        for (size_t i = 0; i < n && !pick; i++) {
-            bool v4 = !strchr(addrs[i].host, ':');
-            bool on = pass == 1 || !ifaces || !ifaces[0] || !strcmp(addrs[i].ifname, ifaces[0]);
-            if (v4 && on) pick = &addrs[i];
-        }
+    for (size_t k = 0; ifaces && ifaces[k] && !pick; k++) /* shared, in their order */
+        for (size_t i = 0; i < n && !pick; i++)
+            if (!strchr(addrs[i].host, ':') && !strcmp(addrs[i].ifname, ifaces[k]) &&
+                !is_loopback(ifaces[k]))
+                pick = &addrs[i];
+    for (int any_lo = 0; any_lo < 2 && !pick; any_lo++) /* not loopback, then anything */
+        for (size_t i = 0; i < n && !pick; i++)
+            if (!strchr(addrs[i].host, ':') && (any_lo || !is_loopback(addrs[i].ifname)))
+                pick = &addrs[i];
     if (pick) snprintf(out, cap, "%s", pick->host);
     free(addrs);
     return pick != NULL;
