@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -75,6 +76,7 @@ struct keeper {
     char *const *argv;       /* its arguments: sh_argv, or the spec's argv */
     char *const *envp;       /* the command's environment */
     const char *cwd;         /* working directory or NULL */
+    const char *hostname;    /* the command's own hostname (a new UTS namespace), or NULL */
     const char *cleanup_dir; /* emptied and removed by the keeper at the end, or NULL */
     int grace_ms;            /* SIGTERM -> SIGKILL */
     pid_t owner;             /* the owner's pid: the keeper's parent while the owner lives */
@@ -336,6 +338,11 @@ __attribute__((noreturn)) static void shell_main(const struct keeper *k, int syn
     close_from(3 + k->n_extra, k->fallbacks);
     if (k->cwd && chdir(k->cwd) != 0) {
         child_report(2, "change to directory", k->cwd, errno);
+        child_exit(127);
+    }
+    if (k->hostname &&
+        (unshare(CLONE_NEWUTS) != 0 || sethostname(k->hostname, strlen(k->hostname)) != 0)) {
+        child_report(2, "give a hostname of its own (UTS namespace) to", k->path, errno);
         child_exit(127);
     }
     sigset_t none;
@@ -718,6 +725,7 @@ static void keeper_prepare(struct keeper *k, const hvd_proc_spec *spec, char *pa
     k->path = path;
     k->envp = spec->envp ? spec->envp : environ;
     k->cwd = spec->cwd;
+    k->hostname = spec->uts_hostname;
     k->cleanup_dir = spec->cleanup_dir;
     k->grace_ms = spec->grace_ms ? spec->grace_ms : HVD_PROC_DEFAULT_GRACE_MS;
     k->owner = getpid();

@@ -1,6 +1,9 @@
-/* One job's mpirun (include/hvd/launch.h): the command line of DESIGN.md section 2 step 4,
- * run through the process runner and waited for. */
+/* One job's launcher (include/hvd/launch.h): the command line of DESIGN.md section 2 step 4 in
+ * the dialect of its MPI (section 5d: Open MPI 4, Open MPI 5, MPICH), run through the process
+ * runner and waited for. */
+#include <ifaddrs.h>
 #include <limits.h>
+#include <net/if.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,86 +38,286 @@ const char *hvd_launch_bin_dir(void) {
     return dir;
 }
 
-static void mca(hvd_strb *a, const char *name, const char *value) {
-    hvd_strb_add(a, "-mca");
+/* ---- the three dialects ----------------------------------------------------------------- */
+
+/* Whether ifname is a loopback interface of this machine (the driver's: interface names are
+ * assumed to mean the same on the executors, as for every interface option here). */
+static bool is_loopback(const char *ifname) {
+    struct ifaddrs *all;
+    bool lo = strcmp(ifname, "lo") == 0;
+    if (getifaddrs(&all) != 0) return lo;
+    for (struct ifaddrs *i = all; i; i = i->ifa_next)
+        if (i->ifa_name && strcmp(i->ifa_name, ifname) == 0)
+            lo = (i->ifa_flags & IFF_LOOPBACK) != 0;
+    freeifaddrs(all);
+    return lo;
+}
+
+/* "a,b" of ifaces; with no_loopback, without the loopback interfaces. NULL if none is left
+ * (or out of memory: *failed is then set). */
+static char *iface_list(char *const *ifaces, bool no_loopback, bool *failed) {
+    hvd_strb keep = {0};
+    for (size_t i = 0; ifaces && ifaces[i]; i++)
+        if (!no_loopback || !is_loopback(ifaces[i])) hvd_strb_add(&keep, ifaces[i]);
+    char **v = hvd_strb_finish(&keep);
+    char *list = v && v[0] ? hvd_strv_join((const char *const *)v, ",") : NULL;
+    if (!v || (v[0] && !list)) *failed = true;
+    hvd_strv_free(v);
+    return list;
+}
+
+/* Open MPI's "-mca NAME VALUE" (ORTE: -mca; PRRTE's daemons: --prtemca; the ranks: --mca). */
+static void mca(hvd_strb *a, const char *opt, const char *name, const char *value) {
+    hvd_strb_add(a, opt);
     hvd_strb_add(a, name);
     hvd_strb_add(a, value);
 }
 
-/* The options that pin the job to the interfaces every pair of tasks shares. */
-static void add_interfaces(hvd_strb *a, char *const *ifaces) {
-    if (!ifaces || !ifaces[0]) return;
-    char *list = hvd_strv_join((const char *const *)ifaces, ",");
-    if (!list) {
-        a->failed = true;
-        return;
+/* An environment variable for the ranks: Open MPI's -x NAME=VALUE, Hydra's -genv NAME VALUE. */
+static void rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char *fmt, ...) {
+    char value[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    if (mpi == HVD_MPI_MPICH) {
+        hvd_strb_add(a, "-genv");
+        hvd_strb_add(a, name);
+        hvd_strb_add(a, value);
+    } else {
+        hvd_strb_add(a, "-x");
+        hvd_strb_addf(a, "%s=%s", name, value);
     }
-    mca(a, "btl_tcp_if_include", list);
-    mca(a, "oob_tcp_if_include", list);
-    /* NCCL_SOCKET_IFNAME is a prefix list: '=' asks for exact names (eth1 not eth10). */
-    hvd_strb_add(a, "-x");
-    hvd_strb_addf(a, "NCCL_SOCKET_IFNAME==%s", list);
-    free(list);
 }
 
-/* torch.distributed's rendezvous for the ranks: rank 0 runs for task 0, so MASTER_ADDR is task
- * 0's address on the first interface every pair of tasks shares (IPv4 first), and MASTER_PORT
- * the port task 0 found free on its host. Nothing when task 0 reported no port. */
-static void add_master(hvd_strb *a, hvd_driver *d, char *const *ifaces) {
+/* Task 0's address on the first interface every pair of tasks shares (IPv4 first), with the
+ * port task 0 found free on its host; false when there is none. */
+static bool task0_addr(hvd_driver *d, char *const *ifaces, char *host, size_t cap, unsigned *port) {
     hvd_task_info t0;
-    if (hvd_driver_task(d, 0, &t0, NULL) != 0) return;
+    if (hvd_driver_task(d, 0, &t0, NULL) != 0) return false;
     const hvd_addr *addrs = t0.addrs.v, *pick = NULL;
     for (size_t i = 0; i < t0.addrs.n; i++) {
         bool on_iface = !ifaces || !ifaces[0] || strcmp(addrs[i].ifname, ifaces[0]) == 0;
         if (on_iface && (!pick || (strchr(pick->host, ':') && !strchr(addrs[i].host, ':'))))
             pick = &addrs[i];
     }
-    if (pick && t0.free_port) {
-        hvd_strb_add(a, "-x");
-        hvd_strb_addf(a, "MASTER_ADDR=%s", pick->host);
-        hvd_strb_add(a, "-x");
-        hvd_strb_addf(a, "MASTER_PORT=%u", t0.free_port);
+    bool ok = pick && t0.free_port;
+    if (ok) {
+        snprintf(host, cap, "%s", pick->host);
+        *port = t0.free_port;
     }
     hvd_msg_free(&hvd_task_info_desc, &t0);
+    return ok;
 }
 
-char **hvd_launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
-                       hvd_err *err) {
+/* Where Hydra's proxies call mpiexec back: the driver's IPv4 address on the first shared
+ * interface that is not loopback, else on any interface that is not, else its first IPv4
+ * address (a driver with loopback only). Without it mpiexec gives its hostname, which
+ * executors may not resolve (and Hydra resolves every host name of -hosts to find itself). */
+static bool control_addr(hvd_driver *d, char *const *ifaces, char *out, size_t cap) {
+    hvd_addr *addrs;
+    size_t n;
+    if (hvd_driver_addrs(d, &addrs, &n, NULL) != 0) return false;
+    const hvd_addr *pick = NULL;
+    for (size_t k = 0; ifaces && ifaces[k] && !pick; k++) /* shared, in their order */
+        for (size_t i = 0; i < n && !pick; i++)
+            if (!strchr(addrs[i].host, ':') && !strcmp(addrs[i].ifname, ifaces[k]) &&
+                !is_loopback(ifaces[k]))
+                pick = &addrs[i];
+    for (int any_lo = 0; any_lo < 2 && !pick; any_lo++) /* not loopback, then anything */
+        for (size_t i = 0; i < n && !pick; i++)
+            if (!strchr(addrs[i].host, ':') && (any_lo || !is_loopback(addrs[i].ifname)))
+                pick = &addrs[i];
+    if (pick) snprintf(out, cap, "%s", pick->host);
+    free(addrs);
+    return pick != NULL;
+}
+
+/* Open MPI 4.1 (ORTE): openmpi_rsh_agent.md. Host hashes never resolve: without
+ * if_base_do_not_resolve mpirun sends a DNS query for each of them (seen with strace: 4
+ * queries for one host) to whatever resolver the machine has. Rank 0 reads no stdin: large
+ * stdin crashes remote orteds (openmpi_rsh_agent.md section 9). */
+static void parts_openmpi4(hvd_launch_parts *p, const char *rsh, char *const *ifaces,
+                           bool *failed) {
+    hvd_strb args = {0}, agent = {0}, ifs = {0};
+    mca(&args, "-mca", "if_base_do_not_resolve", "1");
+    hvd_strb_add(&args, "--stdin");
+    hvd_strb_add(&args, "none");
+    mca(&agent, "-mca", "plm_rsh_agent", rsh);
+    char *list = iface_list(ifaces, false, failed);
+    if (list) {
+        mca(&ifs, "-mca", "btl_tcp_if_include", list);
+        mca(&ifs, "-mca", "oob_tcp_if_include", list);
+        /* A prefix list for NCCL: '=' asks for exact names (eth1 not eth10). */
+        rank_env(&ifs, HVD_MPI_OPENMPI4, "NCCL_SOCKET_IFNAME", "=%s", list);
+    }
+    free(list);
+    p->args = hvd_strb_finish(&args);
+    p->agent = hvd_strb_finish(&agent);
+    p->ifaces = hvd_strb_finish(&ifs);
+}
+
+/* Open MPI 5 (PRRTE): the daemons take --prtemca, the ranks --mca. PRRTE resolves no host
+ * name by default (prte_do_not_resolve, said anyway). Its daemons' out-of-band network never
+ * uses a loopback interface (PMIx leaves them out of its interface list) and a name missing
+ * from oob_tcp_if_include made prterun 5.0.11 crash (SIGSEGV): the list leaves loopback out,
+ * and is left out when nothing remains (PRRTE then picks). */
+static void parts_openmpi5(hvd_launch_parts *p, const char *rsh, char *const *ifaces,
+                           bool *failed) {
+    hvd_strb args = {0}, agent = {0}, ifs = {0};
+    mca(&args, "--prtemca", "prte_do_not_resolve", "1");
+    hvd_strb_add(&args, "--stdin");
+    hvd_strb_add(&args, "none");
+    mca(&agent, "--prtemca", "plm_ssh_agent", rsh);
+    char *list = iface_list(ifaces, false, failed), *oob = iface_list(ifaces, true, failed);
+    if (list) mca(&ifs, "--mca", "btl_tcp_if_include", list);
+    if (oob) mca(&ifs, "--prtemca", "oob_tcp_if_include", oob);
+    if (list) rank_env(&ifs, HVD_MPI_OPENMPI5, "NCCL_SOCKET_IFNAME", "=%s", list);
+    free(list);
+    free(oob);
+    p->args = hvd_strb_finish(&args);
+    p->agent = hvd_strb_finish(&agent);
+    p->ifaces = hvd_strb_finish(&ifs);
+}
+
+/* MPICH and Intel MPI (Hydra). -genvnone: Hydra passes mpiexec's whole environment to the
+ * ranks by default, the job secret included, over its unencrypted control connections; with
+ * it the ranks get their task's environment (as under Open MPI) plus what -genv names.
+ * -localhost: where the proxies call back. Hydra has no stdin option: mpiexec's stdin is
+ * /dev/null (the process runner's). HYDRA_LAUNCHER_AUTOFORK=0: a host Hydra finds local is
+ * otherwise started with fork, beside the driver, not through hvd-rsh. The interfaces of
+ * MPICH's ch4 netmods: UCX_NET_DEVICES (UCX, the wheels' first choice); libfabric's
+ * FI_TCP_IFACE takes a single name and is left alone. */
+static void parts_mpich(hvd_launch_parts *p, const char *rsh, char *const *ifaces,
+                        const char *control, bool *failed) {
+    hvd_strb args = {0}, agent = {0}, ifs = {0}, env = {0};
+    hvd_strb_add(&args, "-genvnone");
+    if (control) {
+        hvd_strb_add(&args, "-localhost");
+        hvd_strb_add(&args, control);
+    }
+    hvd_strb_add(&agent, "-launcher");
+    hvd_strb_add(&agent, "ssh");
+    hvd_strb_add(&agent, "-launcher-exec");
+    hvd_strb_add(&agent, rsh);
+    char *list = iface_list(ifaces, false, failed);
+    if (list) {
+        rank_env(&ifs, HVD_MPI_MPICH, "UCX_NET_DEVICES", "%s", list);
+        rank_env(&ifs, HVD_MPI_MPICH, "NCCL_SOCKET_IFNAME", "=%s", list);
+    }
+    free(list);
+    hvd_strb_add(&env, "HYDRA_LAUNCHER_AUTOFORK=0");
+    p->args = hvd_strb_finish(&args);
+    p->agent = hvd_strb_finish(&agent);
+    p->ifaces = hvd_strb_finish(&ifs);
+    p->env = hvd_strb_finish(&env);
+}
+
+void hvd_launch_parts_free(hvd_launch_parts *p) {
+    hvd_strv_free(p->args);
+    hvd_strv_free(p->agent);
+    hvd_strv_free(p->ifaces);
+    hvd_strv_free(p->env);
+    memset(p, 0, sizeof *p);
+}
+
+int hvd_launch_parts_make(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
+                          hvd_launch_parts *out, hvd_err *err) {
+    memset(out, 0, sizeof *out);
+    out->mpi = cfg->mpi;
+    if (out->mpi == HVD_MPI_AUTO &&
+        hvd_mpi_detect(cfg->mpirun, &out->mpi, out->version, sizeof out->version, err) != 0)
+        return -1;
+    char rsh[PATH_MAX + 16];
+    snprintf(rsh, sizeof rsh, "%s/hvd-rsh", cfg->bin_dir ? cfg->bin_dir : hvd_launch_bin_dir());
+    bool failed = false;
+    if (out->mpi == HVD_MPI_OPENMPI4) {
+        parts_openmpi4(out, rsh, ifaces, &failed);
+    } else if (out->mpi == HVD_MPI_OPENMPI5) {
+        parts_openmpi5(out, rsh, ifaces, &failed);
+    } else if (out->mpi == HVD_MPI_MPICH) {
+        char control[HVD_HOST_MAX];
+        bool have = control_addr(d, ifaces, control, sizeof control);
+        parts_mpich(out, rsh, ifaces, have ? control : NULL, &failed);
+    } else {
+        return hvd_err_set(err, HVD_E_INVALID, "unknown MPI implementation %d", (int)cfg->mpi);
+    }
+    if (!out->env) out->env = calloc(1, sizeof *out->env);
+    if (failed || !out->args || !out->agent || !out->ifaces || !out->env) {
+        hvd_launch_parts_free(out);
+        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory building the mpirun command");
+    }
+    return 0;
+}
+
+/* ---- the command line -------------------------------------------------------------------- */
+
+static void add_all(hvd_strb *a, char *const *words) {
+    for (size_t i = 0; words && words[i]; i++)
+        hvd_strb_add(a, words[i]);
+}
+
+/* The options hvd-bridge's own jobs use besides the parts: output tagged with the rank,
+ * ranks placed host by host in -H order (rank 0 on task 0's host) and not bound (the
+ * executors share their machines), MPI over the TCP interfaces chosen (Open MPI: ob1 with
+ * the shared-memory and TCP transports, not UCX). */
+static void add_style(hvd_strb *a, hvd_mpi_impl mpi) {
+    static const char *const ompi4[] = {"--tag-output",   "-bind-to", "none", "-map-by", "slot",
+                                        "-mca",           "pml",      "ob1",  "-mca",    "btl",
+                                        "self,vader,tcp", NULL};
+    static const char *const ompi5[] = {"--output", "tag",         "--bind-to", "none", "--map-by",
+                                        "slot",     "--mca",       "pml",       "ob1",  "--mca",
+                                        "btl",      "self,sm,tcp", NULL};
+    static const char *const mpich[] = {"-prepend-rank", NULL};
+    const char *const *v = mpi == HVD_MPI_OPENMPI4   ? ompi4
+                           : mpi == HVD_MPI_OPENMPI5 ? ompi5
+                                                     : mpich;
+    add_all(a, (char *const *)v);
+}
+
+/* The command line of the job from its parts. NULL with err. */
+static char **argv_from_parts(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
+                              const hvd_launch_parts *parts, hvd_err *err) {
     char *hosts = hvd_driver_host_list(d, err);
     if (!hosts) return NULL;
     const char *bin = cfg->bin_dir ? cfg->bin_dir : hvd_launch_bin_dir();
     const char *exec_bin = cfg->exec_bin_dir ? cfg->exec_bin_dir : bin;
+    bool hydra = parts->mpi == HVD_MPI_MPICH;
     hvd_strb a = {0};
-    hvd_strb_add(&a, "mpirun");
-    if (geteuid() == 0) hvd_strb_add(&a, "--allow-run-as-root");
-    hvd_strb_add(&a, "--tag-output");
+    hvd_strb_add(&a, cfg->mpirun && *cfg->mpirun ? cfg->mpirun : "mpirun");
+    if (!hydra && geteuid() == 0) hvd_strb_add(&a, "--allow-run-as-root");
     hvd_strb_add(&a, "-np");
     hvd_strb_addf(&a, "%d", cfg->np);
-    hvd_strb_add(&a, "-H");
+    hvd_strb_add(&a, hydra ? "-hosts" : "-H");
     hvd_strb_add(&a, hosts);
-    hvd_strb_add(&a, "-bind-to");
-    hvd_strb_add(&a, "none");
-    hvd_strb_add(&a, "-map-by");
-    hvd_strb_add(&a, "slot");
-    /* Rank 0 reads no stdin: large stdin crashes remote orteds (openmpi_rsh_agent.md §9). */
-    hvd_strb_add(&a, "--stdin");
-    hvd_strb_add(&a, "none");
-    /* Host hashes never resolve: without this mpirun sends a DNS query for each of them
-     * (seen with strace: 4 queries for one host) to whatever resolver the machine has. */
-    mca(&a, "if_base_do_not_resolve", "1");
-    mca(&a, "pml", "ob1");
-    mca(&a, "btl", "self,vader,tcp");
-    hvd_strb_add(&a, "-mca");
-    hvd_strb_add(&a, "plm_rsh_agent");
-    hvd_strb_addf(&a, "%s/hvd-rsh", bin);
-    add_interfaces(&a, ifaces);
-    add_master(&a, d, ifaces);
+    add_style(&a, parts->mpi);
+    add_all(&a, parts->args);
+    add_all(&a, parts->agent);
+    add_all(&a, parts->ifaces);
+    /* torch.distributed's rendezvous: rank 0 runs for task 0. */
+    char master[HVD_HOST_MAX];
+    unsigned port;
+    if (task0_addr(d, ifaces, master, sizeof master, &port)) {
+        rank_env(&a, parts->mpi, "MASTER_ADDR", "%s", master);
+        rank_env(&a, parts->mpi, "MASTER_PORT", "%u", port);
+    }
     for (size_t i = 0; cfg->mpi_args && cfg->mpi_args[i]; i++)
         hvd_strb_add(&a, cfg->mpi_args[i]);
     hvd_strb_addf(&a, "%s/hvd-exec", exec_bin);
     free(hosts);
     char **argv = hvd_strb_finish(&a);
     if (!argv) hvd_err_set(err, HVD_E_INTERNAL, "out of memory building the mpirun command");
+    return argv;
+}
+
+char **hvd_launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
+                       hvd_err *err) {
+    hvd_launch_parts parts;
+    if (hvd_launch_parts_make(d, cfg, ifaces, &parts, err) != 0) return NULL;
+    char **argv = argv_from_parts(d, cfg, ifaces, &parts, err);
+    hvd_launch_parts_free(&parts);
     return argv;
 }
 
@@ -142,21 +345,26 @@ static bool stop_requested(const hvd_launch_config *cfg) {
     return stop_value(cfg) != 0;
 }
 
-/* mpirun's environment: this process's, with cfg->extra_env and then the job's variables
- * (which win). Returns NULL with err. */
-static char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, hvd_err *err) {
+/* mpirun's environment: this process's, with what the launcher needs (parts), cfg->extra_env
+ * and then the job's variables (which win). Returns NULL with err. */
+static char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, const hvd_launch_parts *parts,
+                         hvd_err *err) {
     char **job = hvd_driver_job_env(d, err);
     if (!job) return NULL;
+    size_t nparts = hvd_strv_len((const char *const *)parts->env);
     size_t nextra = hvd_strv_len(cfg->extra_env), njob = hvd_strv_len((const char *const *)job);
-    hvd_env_change *ch = calloc(nextra + njob + 1, sizeof *ch);
-    char **names = calloc(nextra + njob + 1, sizeof *names);
+    size_t total = nparts + nextra + njob;
+    hvd_env_change *ch = calloc(total + 1, sizeof *ch);
+    char **names = calloc(total + 1, sizeof *names);
     char **envp = NULL;
     if (!ch || !names) {
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < nextra + njob; i++) {
-        const char *kv = i < nextra ? cfg->extra_env[i] : job[i - nextra];
+    for (size_t i = 0; i < total; i++) {
+        const char *kv = i < nparts            ? parts->env[i]
+                         : i < nparts + nextra ? cfg->extra_env[i - nparts]
+                                               : job[i - nparts - nextra];
         const char *eq = strchr(kv, '=');
         if (!eq || eq == kv) {
             hvd_err_set(err, HVD_E_INVALID, "mpirun's environment entry '%.40s' is not NAME=VALUE",
@@ -170,7 +378,7 @@ static char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, hvd_err *e
         ch[i] = (hvd_env_change){names[i], eq + 1};
     }
     extern char **environ;
-    envp = hvd_env_build(environ, ch, nextra + njob, err);
+    envp = hvd_env_build(environ, ch, total, err);
 out:
     hvd_strv_free(names);
     free(ch);
@@ -214,8 +422,8 @@ static void wait_mpirun(hvd_proc *p, const hvd_launch_config *cfg, hvd_launch_ou
 
 /* Runs argv (mpirun) and waits for it. Returns 0 with the outcome, or -1 with err. */
 static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg,
-                      hvd_launch_outcome *out, hvd_err *err) {
-    char **envp = mpirun_env(d, cfg, err);
+                      const hvd_launch_parts *parts, hvd_launch_outcome *out, hvd_err *err) {
+    char **envp = mpirun_env(d, cfg, parts, err);
     if (!envp) return -1;
     hvd_proc_spec spec = {.argv = argv,
                           .envp = envp,
@@ -226,7 +434,7 @@ static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg,
                           .stderr_fd = cfg->output_fds ? cfg->output_fds[1] : 2};
     hvd_proc *p = hvd_proc_start(&spec, err);
     hvd_env_free(envp);
-    if (!p) return hvd_err_prefix(err, "cannot start mpirun (is Open MPI installed?): ");
+    if (!p) return hvd_err_prefix(err, "cannot start %s (is MPI installed?): ", argv[0]);
     wait_mpirun(p, cfg, out);
     hvd_proc_free(p);
     return 0;
@@ -238,12 +446,16 @@ int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outco
     int start_ms =
         cfg->start_timeout_ms > 0 ? cfg->start_timeout_ms : HVD_START_TIMEOUT_DEFAULT_S * 1000;
     char **ifaces = NULL, **argv = NULL;
+    hvd_launch_parts parts = {0};
     int rc = -1;
     if (hvd_driver_wait_registration(d, start_ms, err) != 0 ||
-        hvd_driver_common_interfaces(d, start_ms, &ifaces, err) != 0)
+        hvd_driver_common_interfaces(d, start_ms, &ifaces, err) != 0 ||
+        hvd_launch_parts_make(d, cfg, ifaces, &parts, err) != 0)
         goto out;
-    if (!(argv = hvd_launch_argv(d, cfg, ifaces, err))) goto out;
+    if (!(argv = argv_from_parts(d, cfg, ifaces, &parts, err))) goto out;
     if (cfg->log) {
+        launch_log(cfg, "MPI: %s%s%s%s", hvd_mpi_impl_name(parts.mpi), parts.version[0] ? " (" : "",
+                   parts.version, parts.version[0] ? ")" : "");
         char *hosts = hvd_driver_host_list(d, NULL),
              *names = hvd_strv_join((const char *const *)ifaces, " ");
         launch_log(cfg, "hosts %s; interfaces %s", hosts ? hosts : "?", names ? names : "?");
@@ -257,10 +469,11 @@ int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outco
         hvd_err_set(err, HVD_E_STATE, "the job was stopped before mpirun started");
         goto out;
     }
-    rc = run_mpirun(d, argv, cfg, out, err);
+    rc = run_mpirun(d, argv, cfg, &parts, out, err);
     /* Ranks stopped as the job ended may still be reporting so (hvd-exec's stop watcher). */
     if (rc == 0 && out->status != 0) hvd_driver_wait_results(d, HVD_LATE_RESULTS_MS);
 out:
+    hvd_launch_parts_free(&parts);
     hvd_strv_free(ifaces);
     hvd_launch_free_argv(argv);
     return rc;

@@ -17,12 +17,16 @@ typedef struct launch_opts {
     bool serve;               /* `serve` instead of `run` */
     int np;                   /* number of tasks = ranks */
     int local_hosts;          /* --local H: start N local tasks on H fake hosts; 0: none */
+    bool fake_hostnames;      /* --local: each fake host's tasks in a UTS namespace named after
+                                 it (Open MPI 5 over several fake hosts; needs root) */
     int timeout_s;            /* --timeout: whole job (0: none) */
     int start_timeout_s;      /* --start-timeout: registration and command start */
     int net_timeout_s;        /* --net-timeout (HVD_NET_TIMEOUT): a task service silent this
                                  long is lost (network partition) */
     const char *results_json; /* --results-json FILE */
     const char *env_file;     /* serve: --env-file FILE */
+    hvd_mpi_impl mpi;         /* --mpi: whose launcher (HVD_MPI_AUTO: ask it) */
+    const char *mpirun;       /* --mpirun PATH: the launcher (NULL: mpirun in PATH) */
     const char **mpi_args;    /* --mpi-arg, in order, NULL-terminated */
     size_t n_mpi_args;
     const char *nics;      /* --nics a,b: fixed interfaces (no probing) */

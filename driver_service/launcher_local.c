@@ -1,7 +1,7 @@
 /* Local task services for `hvd-driver run --local H`: N hvd-task processes on this machine,
  * grouped into H fake hosts. Each fake host has its own host hash and its own TMPDIR, so the
  * orteds of different fake hosts never share session directories (shared/reference/
- * openmpi_rsh_agent.md section 7), and its orted does not put the hardware topology in a
+ * openmpi_rsh_agent.md section 7), under Open MPI 5 it gets a hostname of its own, and its orted does not put the hardware topology in a
  * shared-memory segment at a hole of its address space (rtc_hwloc_vmhole none): with many
  * orteds on one machine that crashed one orted in about a thousand (SIGSEGV in
  * hwloc_shmem_topology_write), failing 2 of 8 jobs of 256 fake hosts. */
@@ -57,6 +57,14 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
         hvd_strb_add(&a, o->bind);
     }
     char **argv = hvd_strb_finish(&a);
+    /* Open MPI 5's daemons tell hosts apart by gethostname(): fake hosts of one machine each
+     * get a hostname of their own (docs/launcher.md, "Open MPI 5"), the host hash when it fits. */
+    char uts[HOST_NAME_MAX + 1];
+    const char *suffix = strstr(host_hash, "-hvdlocal");
+    const char *name = strlen(host_hash) <= HOST_NAME_MAX || !suffix ? host_hash : suffix + 1;
+    size_t len = strnlen(name, HOST_NAME_MAX);
+    memcpy(uts, name, len);
+    uts[len] = '\0';
     size_t nj = hvd_strv_len((const char *const *)job_env);
     hvd_env_change *ch = calloc(nj + 3, sizeof *ch);
     char **names = calloc(nj + 1, sizeof *names);
@@ -79,6 +87,7 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
     hvd_proc_spec spec = {.argv = argv,
                           .envp = envp,
                           .cwd = work,
+                          .uts_hostname = o->fake_hostnames ? uts : NULL,
                           .grace_ms = HVD_GRACE_DEFAULT_MS,
                           .pass_stdout = true,
                           .stdout_fd = STDOUT_FILENO,

@@ -2,6 +2,7 @@
  * private directory, the entry point, and the run and serve flows. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,22 +125,61 @@ static void print_start_error(const hvd_err *err, ssh_tasks *ssh) {
 
 /* ---- serve ------------------------------------------------------------------------------- */
 
+/* `export NAME='VALUE'`, the value quoted for the shell. */
+static void export_var(FILE *f, const char *name, const char *value) {
+    fprintf(f, "export %s='", name);
+    for (const char *p = value ? value : ""; *p; p++)
+        if (*p == '\'')
+            fputs("'\\''", f);
+        else
+            fputc(*p, f);
+    fputs("'\n", f);
+}
+
+/* export_var of words joined with spaces (options whose words hold no space: the shell's word
+ * splitting of $NAME gives them back). */
+static void export_words(FILE *f, const char *name, char *const *words) {
+    char *joined = hvd_strv_join((const char *const *)words, " ");
+    export_var(f, name, joined ? joined : "");
+    free(joined);
+}
+
+/* The env file: everything a command typed by hand needs, in the dialect of the MPI of
+ * parts (docs/launcher.md, "Doing the mpirun part by hand"). */
 static int write_env_file(const launch_opts *o, const launch_dir *dir, const char *addrs,
-                          const char *hosts, char *const *ifaces) {
+                          const char *hosts, char *const *ifaces, const hvd_launch_parts *parts) {
     FILE *f = fopen(o->env_file, "w");
     if (!f) return -1;
     char *iface_list = hvd_strv_join((const char *const *)ifaces, ",");
-    fprintf(f, "# written by hvd-driver serve (pid %d); source it before mpirun\n", (int)getpid());
-    fprintf(f, "export HVD_DRIVER_ADDRS='%s'\n", addrs);
-    fprintf(f, "export HVD_SECRET_FILE='%s'\n", dir->secret_file);
-    fprintf(f, "export HVD_HOSTS='%s'\n", hosts);
-    fprintf(f, "export HVD_IFACES='%s'\n", iface_list ? iface_list : "");
-    fprintf(f, "export HVD_RSH='%s/hvd-rsh'\n", hvd_launch_bin_dir());
-    fprintf(f, "export HVD_EXEC='%s/hvd-exec'\n",
-            o->ssh_bin_dir ? o->ssh_bin_dir : hvd_launch_bin_dir());
-    fprintf(f, "export HVD_NP=%d\n", o->np);
-    /* Arguments every hvd-bridge mpirun wants: no DNS queries for host hashes, no stdin. */
-    fprintf(f, "export HVD_MPIRUN_ARGS='-mca if_base_do_not_resolve 1 --stdin none'\n");
+    char rsh[PATH_MAX + 16], exec[PATH_MAX + 16], np[16];
+    snprintf(rsh, sizeof rsh, "%s/hvd-rsh", hvd_launch_bin_dir());
+    snprintf(exec, sizeof exec, "%s/hvd-exec",
+             o->ssh_bin_dir ? o->ssh_bin_dir : hvd_launch_bin_dir());
+    snprintf(np, sizeof np, "%d", o->np);
+    fprintf(f, "# written by hvd-driver serve (pid %d) for %s%s%s%s; source it before mpirun\n",
+            (int)getpid(), hvd_mpi_impl_name(parts->mpi), parts->version[0] ? " (" : "",
+            parts->version, parts->version[0] ? ")" : "");
+    export_var(f, "HVD_DRIVER_ADDRS", addrs);
+    export_var(f, "HVD_SECRET_FILE", dir->secret_file);
+    export_var(f, "HVD_MPI", hvd_mpi_impl_name(parts->mpi));
+    export_var(f, "HVD_MPIRUN", o->mpirun ? o->mpirun : "mpirun");
+    export_var(f, "HVD_HOSTS_OPT", parts->mpi == HVD_MPI_MPICH ? "-hosts" : "-H");
+    export_var(f, "HVD_HOSTS", hosts);
+    export_var(f, "HVD_IFACES", iface_list);
+    export_var(f, "HVD_RSH", rsh);
+    export_var(f, "HVD_EXEC", exec);
+    export_var(f, "HVD_NP", np);
+    /* What every hvd-bridge job wants (no name resolution, no stdin, ...), the agent, and
+     * the interface options, in this MPI's words. */
+    export_words(f, "HVD_MPIRUN_ARGS", parts->args);
+    export_words(f, "HVD_AGENT_ARGS", parts->agent);
+    export_words(f, "HVD_IFACE_ARGS", parts->ifaces);
+    for (size_t i = 0; parts->env && parts->env[i]; i++) { /* the launcher's own variables */
+        const char *eq = strchr(parts->env[i], '=');
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - parts->env[i]), parts->env[i]);
+        export_var(f, name, eq + 1);
+    }
     free(iface_list);
     return fclose(f);
 }
@@ -167,14 +207,17 @@ static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, con
                  ssh_tasks *ssh) {
     hvd_err err;
     char **ifaces = NULL, *hosts = NULL;
+    hvd_launch_config lc = {.np = o->np, .mpi = o->mpi, .mpirun = o->mpirun};
+    hvd_launch_parts parts = {0};
     int rc = 1;
     if (hvd_driver_wait_registration(d, o->start_timeout_s * 1000, &err) != 0 ||
         hvd_driver_common_interfaces(d, o->start_timeout_s * 1000, &ifaces, &err) != 0 ||
-        !(hosts = hvd_driver_host_list(d, &err))) {
+        !(hosts = hvd_driver_host_list(d, &err)) ||
+        hvd_launch_parts_make(d, &lc, ifaces, &parts, &err) != 0) {
         print_start_error(&err, ssh);
         goto out;
     }
-    if (write_env_file(o, dir, addrs, hosts, ifaces) != 0) {
+    if (write_env_file(o, dir, addrs, hosts, ifaces, &parts) != 0) {
         fprintf(stderr, "hvd-driver: cannot write %s: %s\n", o->env_file, strerror(errno));
         goto out;
     }
@@ -187,6 +230,7 @@ static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, con
     job_end_info end = {.mpirun = NULL, .stopped = why};
     rc = report_results(d, o, &end);
 out:
+    hvd_launch_parts_free(&parts);
     hvd_strv_free(ifaces);
     free(hosts);
     return rc;
@@ -197,6 +241,8 @@ out:
 static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
     const char *exec_dir = o->ssh_bin_dir; /* hvd-exec on the hosts; NULL: ours */
     hvd_launch_config lc = {.np = o->np,
+                            .mpi = o->mpi,
+                            .mpirun = o->mpirun,
                             .exec_bin_dir = exec_dir,
                             .mpi_args = o->mpi_args,
                             .timeout_s = o->timeout_s,
@@ -279,10 +325,40 @@ static int start_driver(job *j) {
     return j->addrs ? 0 : -1;
 }
 
+/* --local: the MPI must be known before the tasks start, since under Open MPI 5 several fake
+ * hosts need a hostname each (a UTS namespace per fake host, root only). Returns 0, or -1
+ * after printing why. */
+static int local_mpi(launch_opts *o) {
+    hvd_err err;
+    char version[64];
+    if (o->mpi == HVD_MPI_AUTO) {
+        if (hvd_mpi_detect(o->mpirun, &o->mpi, version, sizeof version, &err) != 0) {
+            fprintf(stderr, "hvd-driver: %s\n", err.msg);
+            return -1;
+        }
+        if (o->verbose)
+            fprintf(stderr, "hvd-driver: %s says it is %s\n", o->mpirun ? o->mpirun : "mpirun",
+                    version);
+    }
+    if (o->mpi != HVD_MPI_OPENMPI5 || o->local_hosts < 2) return 0;
+    if (geteuid() != 0) {
+        fprintf(stderr,
+                "hvd-driver: --local %d under Open MPI 5 needs root: PRRTE tells hosts apart by "
+                "gethostname(), so each fake host needs a hostname of its own (a UTS namespace, "
+                "which needs CAP_SYS_ADMIN); without it jobs compute wrong results or hang. Use "
+                "--local 1, or run as root\n",
+                o->local_hosts);
+        return -1;
+    }
+    o->fake_hostnames = true;
+    return 0;
+}
+
 /* Starts the task services (local, over ssh), or says how to start them. */
 static int start_tasks(job *j) {
     hvd_err err;
     if (j->o.local_hosts > 0) {
+        if (local_mpi(&j->o) != 0) return -1;
         if (local_tasks_start(&j->lt, &j->o, &j->dir, j->job_env, &err) != 0) {
             fprintf(stderr, "hvd-driver: cannot start the local task services: %s\n", err.msg);
             return -1;

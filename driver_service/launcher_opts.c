@@ -17,22 +17,28 @@ static const char USAGE[] =
     "hvd-rsh instead of ssh.\n"
     "\n"
     "run: starts the driver service, waits for N task services to register, has them probe\n"
-    "  each other for the network interfaces they share, runs\n"
-    "    mpirun -H <host hash>:<slots>,... -mca plm_rsh_agent hvd-rsh ... hvd-exec\n"
+    "  each other for the network interfaces they share, runs the MPI launcher with hvd-rsh\n"
+    "  as its remote-shell agent, in its own dialect (--mpi):\n"
+    "    openmpi4  mpirun -H <host hash>:<slots>,... -mca plm_rsh_agent hvd-rsh ... hvd-exec\n"
+    "    openmpi5  mpirun -H ... --prtemca plm_ssh_agent hvd-rsh ... hvd-exec\n"
+    "    mpich     mpiexec -hosts ... -launcher ssh -launcher-exec hvd-rsh ... hvd-exec\n"
     "  and waits for it. Each rank (hvd-exec) runs the entry point; its output reaches this\n"
-    "  terminal with mpirun's [job,rank] prefix. At the end a table gives each rank's task,\n"
-    "  host hash, status and error text.\n"
+    "  terminal tagged with its rank. At the end a table gives each rank's task, host hash,\n"
+    "  status and error text.\n"
     "  With --local H the N task services are started here, on H fake hosts (the embedded\n"
-    "  default for trying things out); without it, hvd-driver prints how to start them\n"
+    "  default for trying things out; under Open MPI 5, H > 1 needs root: each fake host\n"
+    "  gets a hostname of its own); without it, hvd-driver prints how to start them\n"
     "  elsewhere and waits.\n"
     "  With --ssh-hosts the task services are started over ssh on plain hosts (no Spark):\n"
     "  one hvd-task per slot, numbered host by host in the order given, stopped at the end.\n"
     "serve: starts the driver service, waits for the N tasks, and writes FILE for the shell:\n"
-    "  HVD_DRIVER_ADDRS, HVD_SECRET_FILE, HVD_HOSTS (the -H list), HVD_IFACES, HVD_RSH,\n"
-    "  HVD_EXEC, HVD_NP and HVD_MPIRUN_ARGS, so that you can type your own\n"
-    "    . FILE; mpirun -np $HVD_NP -H \"$HVD_HOSTS\" -mca plm_rsh_agent \"$HVD_RSH\" \\\n"
-    "        $HVD_MPIRUN_ARGS -mca btl_tcp_if_include \"$HVD_IFACES\" ... \"$HVD_EXEC\"\n"
-    "  It exits once every rank reported a result (printing the table), or on Ctrl-C.\n"
+    "  HVD_DRIVER_ADDRS, HVD_SECRET_FILE, HVD_MPI, HVD_MPIRUN, HVD_HOSTS_OPT, HVD_HOSTS,\n"
+    "  HVD_IFACES, HVD_RSH, HVD_EXEC, HVD_NP, and the launcher's options HVD_AGENT_ARGS,\n"
+    "  HVD_MPIRUN_ARGS and HVD_IFACE_ARGS, so that you can type your own\n"
+    "    . FILE; \"$HVD_MPIRUN\" -np $HVD_NP $HVD_HOSTS_OPT \"$HVD_HOSTS\" $HVD_AGENT_ARGS \\\n"
+    "        $HVD_MPIRUN_ARGS $HVD_IFACE_ARGS \"$HVD_EXEC\" < /dev/null\n"
+    "  (docs/launcher.md spells it out per MPI). It exits once every rank reported a result\n"
+    "  (printing the table), or on Ctrl-C.\n"
     "\n"
     "Options:\n"
     "  -np N               number of tasks, and of ranks (one rank per task); with\n"
@@ -69,6 +75,12 @@ static const char USAGE[] =
     "  --nics a,b          use these interfaces; skip probing\n"
     "  --bind ADDR         listen only there: a numeric address, or an interface name such\n"
     "                      as lo (default: every interface); --local task services too\n"
+    "  --mpi IMPL          whose launcher runs the job, and so which command line:\n"
+    "                      openmpi4 (Open MPI <= 4.1: -mca plm_rsh_agent, orted),\n"
+    "                      openmpi5 (Open MPI 5, PRRTE: --prtemca plm_ssh_agent, prted),\n"
+    "                      mpich (MPICH, Intel MPI: Hydra's -launcher-exec, hydra_pmi_proxy)\n"
+    "                      or auto (the default: ask the launcher, mpirun --version)\n"
+    "  --mpirun PATH       the launcher to run (default: mpirun in PATH)\n"
     "  --mpi-arg ARG       pass ARG to mpirun (repeat for several words)\n"
     "  --results-json FILE write every rank's result as JSON\n"
     "  --verbose           print the mpirun command and progress\n"
@@ -97,6 +109,8 @@ enum {
     OPT_RESULTS_JSON,
     OPT_ENV_FILE,
     OPT_MPI_ARG,
+    OPT_MPI,
+    OPT_MPIRUN,
     OPT_NICS,
     OPT_BIND,
     OPT_ENTRY,
@@ -124,6 +138,8 @@ static const struct option LONG_OPTS[] = {
     {"results-json", required_argument, NULL, OPT_RESULTS_JSON},
     {"env-file", required_argument, NULL, OPT_ENV_FILE},
     {"mpi-arg", required_argument, NULL, OPT_MPI_ARG},
+    {"mpi", required_argument, NULL, OPT_MPI},
+    {"mpirun", required_argument, NULL, OPT_MPIRUN},
     {"nics", required_argument, NULL, OPT_NICS},
     {"bind", required_argument, NULL, OPT_BIND},
     {"entry", required_argument, NULL, OPT_ENTRY},
@@ -171,6 +187,13 @@ static int take(int c, const char *v, launch_opts *o) {
         return number("--ssh-port", v, 1, 65535, &o->ssh_port);
     case OPT_MPI_ARG:
         o->mpi_args[o->n_mpi_args++] = v;
+        return 0;
+    case OPT_MPI:
+        return hvd_mpi_impl_parse(v, &o->mpi) == 0
+                   ? 0
+                   : usage_error("--mpi must be openmpi4, openmpi5, mpich or auto");
+    case OPT_MPIRUN:
+        o->mpirun = v;
         return 0;
     case OPT_RESULTS_JSON:
         o->results_json = v;

@@ -1,5 +1,5 @@
-/* hvd-exec (also installed as mpirun_exec_fn): the rank bootstrap that orted starts once per
- * rank (DESIGN.md section 2, step 7).
+/* hvd-exec (also installed as mpirun_exec_fn): the rank bootstrap that the MPI daemon (orted,
+ * prted, hydra_pmi_proxy) starts once per rank (DESIGN.md section 2, step 7).
  *
  * It tells the driver (host hash, local rank, rank) and learns which task it represents,
  * takes that task's GPUs, changes into the executor's work dir, fetches the entry point from
@@ -34,7 +34,8 @@
 static const char USAGE[] =
     "usage: hvd-exec\n"
     "\n"
-    "The rank bootstrap of hvd-bridge: mpirun's orted starts it once per rank, as in\n"
+    "The rank bootstrap of hvd-bridge: the MPI daemon (orted, prted, hydra_pmi_proxy) starts it\n"
+    "once per rank, as in\n"
     "  mpirun -H <host hashes> -mca plm_rsh_agent hvd-rsh ... hvd-exec\n"
     "It asks the driver which task service this rank stands for, takes that task's GPUs,\n"
     "changes into the executor's work dir, fetches the job's entry point from the driver and\n"
@@ -46,8 +47,9 @@ static const char USAGE[] =
     "rank's task service. hvd-exec dies with its parent.\n"
     "\n"
     "Environment read:\n"
-    "  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (or HOROVOD_RANK, HOROVOD_SIZE,\n"
-    "  HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE); HOROVOD_HOSTNAME (the host hash);\n"
+    "  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (Open MPI 4 and 5), or PMI_RANK,\n"
+    "  PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (MPICH's Hydra), or HOROVOD_RANK,\n"
+    "  HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE; HOROVOD_HOSTNAME (the host hash);\n"
     "  HOROVOD_SPARK_WORK_DIR; HVD_DRIVER_ADDRS; HVD_SECRET or HVD_SECRET_FILE.\n"
     "Environment given to a program entry point, besides its own:\n"
     "  HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE, HVD_TASK_INDEX,\n"
@@ -71,9 +73,11 @@ typedef struct rank_info {
     hvd_secret secret;
 } rank_info;
 
-static int env_int(const char *a, const char *b, int *out) {
-    const char *v = getenv(a);
-    if (!v || !*v) v = b ? getenv(b) : NULL;
+/* The first of the variables (a NULL-terminated list) that is set, as a number. */
+static int env_int(const char *const *names, int *out) {
+    const char *v = NULL;
+    for (size_t i = 0; names[i] && (!v || !*v); i++)
+        v = getenv(names[i]);
     if (!v || !*v) return -1;
     char *end;
     long n = strtol(v, &end, 10);
@@ -125,10 +129,23 @@ static void tail_last_line(const tail *t, char *out, size_t cap) {
     out[n] = '\0';
 }
 
+/* Hydra's proxy (MPICH, Intel MPI) hands each rank its PMI connection as an inherited
+ * descriptor named in PMI_FD; the process runner passes a program no descriptor it is not told
+ * of, so without this MPI_Init fails there ("PMI_Init returned -1"). Returns that descriptor,
+ * or -1 when there is none (Open MPI's ranks find their PMIx server by address). */
+static int pmi_fd(void) {
+    const char *v = getenv("PMI_FD");
+    char *end;
+    long fd = v && *v ? strtol(v, &end, 10) : -1;
+    if (fd < 0 || *end || fd > 1 << 20 || fcntl((int)fd, F_GETFD) < 0) return -1;
+    return (int)fd;
+}
+
 /* The program's environment: ours, with the rank's variables under Horovod's names and
  * torch.distributed's (MASTER_ADDR and MASTER_PORT come from mpirun), the task's GPUs as the
- * only visible ones, and an ARGV_IO program's descriptors. NULL on out of memory. */
-static char **program_env(const rank_info *ri, bool io) {
+ * only visible ones, an ARGV_IO program's descriptors, and the number the PMI connection has
+ * in the program (pmi: "" if it has none). NULL on out of memory. */
+static char **program_env(const rank_info *ri, bool io, const char *pmi) {
     char rank[16], size[16], lrank[16], lsize[16], index[16], pfd[8], rfd[8];
     snprintf(rank, sizeof rank, "%d", ri->rank);
     snprintf(size, sizeof size, "%d", ri->size);
@@ -156,6 +173,7 @@ static char **program_env(const rank_info *ri, bool io) {
         ch[n++] = (hvd_env_change){"HVD_PAYLOAD_FD", pfd};
         ch[n++] = (hvd_env_change){"HVD_RESULT_FD", rfd};
     }
+    if (pmi[0]) ch[n++] = (hvd_env_change){"PMI_FD", pmi};
     extern char **environ;
     char **envp = hvd_env_build(environ, ch, n, NULL);
     free(gpus);
@@ -258,7 +276,8 @@ static bool is_job_ancestor(pid_t pid) {
     pid_t p = getppid();
     if (p == pid) return true;
     int task = 0;
-    if (env_int(HVD_TASK_PID_ENV, NULL, &task) != 0 || task <= 1) return false;
+    if (env_int((const char *const[]){HVD_TASK_PID_ENV, NULL}, &task) != 0 || task <= 1)
+        return false;
     for (int depth = 0; depth < 8 && p > 1; depth++) {
         p = parent_of(p);
         if (p == pid) return true;
@@ -303,21 +322,28 @@ static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd
                        bool *stopped, hvd_entry_result *res) {
     bool io = code->kind == HVD_CODE_ARGV_IO;
     program_out o = {.result_fd = -1};
-    int fds[2] = {-1, -1};
+    int fds[3] = {-1, -1, -1}, nfds = io ? 2 : 0;
     if (io && open_io(&code->object, fds, &o.result_fd, res->error, sizeof res->error) != 0)
         return -1;
-    char **envp = program_env(ri, io);
+    /* The PMI connection follows the ARGV_IO descriptors (3, 4) as the program's next one. */
+    char pmi[16] = "";
+    int pmi_at = pmi_fd();
+    if (pmi_at >= 0) {
+        fds[nfds] = pmi_at;
+        snprintf(pmi, sizeof pmi, "%d", 3 + nfds++);
+    }
+    char **envp = program_env(ri, io, pmi);
     hvd_proc_spec spec = {.argv = code->argv.v,
                           .envp = envp,
                           .pass_stdout = true,
                           .stdout_fd = 1,
                           .extra_fds = fds,
-                          .n_extra_fds = io ? 2 : 0};
+                          .n_extra_fds = nfds};
     hvd_err err = {.msg = "out of memory"};
     hvd_proc *p = envp ? hvd_proc_start(&spec, &err) : NULL;
     hvd_env_free(envp);
-    hvd_close_fd(&fds[0]); /* the program holds them now */
-    hvd_close_fd(&fds[1]);
+    for (int i = 0; i < nfds; i++) /* the program holds them now */
+        hvd_close_fd(&fds[i]);
     if (!p) {
         snprintf(res->error, sizeof res->error, "%s", err.msg);
         hvd_close_fd(&o.result_fd);
@@ -513,17 +539,27 @@ static void stop_watch_end(stop_watch *w) {
 
 /* ---- The rank's life --------------------------------------------------------------------- */
 
-/* The rank's numbers and host hash from the environment orted gives it. Returns 0, or the
- * exit status after printing why. */
+/* Where each launcher puts the rank's numbers: Open MPI (orted and prted), Hydra's proxy
+ * (MPICH, Intel MPI), or by hand. */
+static const char *const RANK_VARS[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK", NULL};
+static const char *const SIZE_VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_SIZE", NULL};
+static const char *const LOCAL_RANK_VARS[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                              "HOROVOD_LOCAL_RANK", NULL};
+static const char *const LOCAL_SIZE_VARS[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                              "HOROVOD_LOCAL_SIZE", NULL};
+
+/* The rank's numbers and host hash from the environment the MPI daemon (orted, prted,
+ * hydra_pmi_proxy) gives it. Returns 0, or the exit status after printing why. */
 static int rank_from_env(rank_info *ri) {
-    if (env_int("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", &ri->rank) != 0)
-        return fail("%s is not set: hvd-exec must be started by mpirun (or with HOROVOD_RANK)",
-                    "OMPI_COMM_WORLD_RANK");
-    if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", &ri->local_rank) != 0)
-        return fail("%s is not set", "OMPI_COMM_WORLD_LOCAL_RANK (or HOROVOD_LOCAL_RANK)");
-    if (env_int("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", &ri->size) != 0) ri->size = 0;
-    if (env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", &ri->local_size) != 0)
-        ri->local_size = 0;
+    if (env_int(RANK_VARS, &ri->rank) != 0)
+        return fail("%s is not set: hvd-exec must be started by mpirun or mpiexec (or with "
+                    "HOROVOD_RANK)",
+                    "OMPI_COMM_WORLD_RANK (Open MPI) or PMI_RANK (MPICH)");
+    if (env_int(LOCAL_RANK_VARS, &ri->local_rank) != 0)
+        return fail("%s is not set", "OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID (MPICH) or "
+                                     "HOROVOD_LOCAL_RANK");
+    if (env_int(SIZE_VARS, &ri->size) != 0) ri->size = 0;
+    if (env_int(LOCAL_SIZE_VARS, &ri->local_size) != 0) ri->local_size = 0;
     ri->host_hash = getenv(HVD_HOSTNAME_ENV);
     if (!ri->host_hash || !*ri->host_hash)
         return fail("%s is not set: hvd-exec must run under a task service's orted",

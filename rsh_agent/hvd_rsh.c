@@ -1,6 +1,9 @@
-/* hvd-rsh (also installed as mpirun_rsh): Open MPI's remote-shell agent for hvd-bridge.
+/* hvd-rsh (also installed as mpirun_rsh): the remote-shell agent of hvd-bridge for the MPI
+ * launchers that start their per-host daemon through ssh: Open MPI 4's mpirun (plm_rsh_agent:
+ * orted), Open MPI 5's prterun (plm_ssh_agent: exports, then prted) and MPICH's Hydra
+ * (-launcher-exec: hydra_pmi_proxy). All three pass an ssh-style argv whose words a shell runs.
  *
- * mpirun runs `hvd-rsh [ssh options] HOST [ssh options] WORDS...` once per remote host. In
+ * The launcher runs `hvd-rsh [ssh options] HOST [ssh options] WORDS...` once per remote host. In
  * RPC mode HOST is a host hash and the joined words run in the task service that stands for
  * it; in ssh mode (plain hosts, or --ssh) they run over ssh (libssh2). Either way hvd-rsh
  * stays attached like ssh and exits with the remote exit status; it never exits 0 without
@@ -27,8 +30,10 @@
 static const char USAGE[] =
     "usage: hvd-rsh [--verbose] [--ssh | --rpc] [ssh options] HOST [ssh options] COMMAND...\n"
     "\n"
-    "Runs COMMAND on HOST for Open MPI's mpirun, like ssh: plug it in with\n"
-    "  mpirun -mca plm_rsh_agent hvd-rsh ...\n"
+    "Runs COMMAND on HOST for an MPI launcher, like ssh: plug it in with\n"
+    "  mpirun -mca plm_rsh_agent hvd-rsh ...            (Open MPI 4: orted)\n"
+    "  mpirun --prtemca plm_ssh_agent hvd-rsh ...       (Open MPI 5: prted)\n"
+    "  mpiexec -launcher ssh -launcher-exec hvd-rsh ... (MPICH, Intel MPI: hydra_pmi_proxy)\n"
     "The words of COMMAND are joined with single spaces and run by /bin/sh -c on the far\n"
     "side. hvd-rsh stays attached until the command ends: its output comes back on\n"
     "hvd-rsh's stdout and stderr, SIGTERM, SIGINT or SIGHUP abort it, and hvd-rsh exits with\n"
@@ -90,6 +95,27 @@ static void print_argv(int argc, char **argv) {
     free(line);
 }
 
+/* Which MPI daemon the command starts, for messages: the first of the known program names that
+ * stands as a word of its own or ends a path (orted, "/x/prted", "\"/x/hydra_pmi_proxy\""). */
+static const char *daemon_of(const char *command) {
+    static const char *const names[][2] = {{"orted", "orted (Open MPI 4)"},
+                                           {"prted", "prted (Open MPI 5)"},
+                                           {"hydra_pmi_proxy", "hydra_pmi_proxy (MPICH)"}};
+    const char *best = NULL, *best_at = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t len = strlen(names[i][0]);
+        for (const char *p = strstr(command, names[i][0]); p; p = strstr(p + 1, names[i][0])) {
+            bool starts = p == command || strchr(" /\";", p[-1]);
+            bool ends = !p[len] || strchr(" \";", p[len]);
+            if (starts && ends) {
+                if (!best_at || p < best_at) best = names[i][1], best_at = p;
+                break;
+            }
+        }
+    }
+    return best ? best : "the command";
+}
+
 /* Reads our own long options, which come first, before anything Open MPI adds. Returns 0 to
  * go on, 1 when --help was printed, or -1 after printing why on stderr. */
 static int parse_own_options(int argc, char **argv, rsh_opts *o) {
@@ -136,7 +162,9 @@ static int parse_ssh_words(int argc, char **argv, const rsh_opts *o, hvd_ssh_arg
         hvd_ssh_args_free(args);
         return -1;
     }
-    if (o->verbose) fprintf(stderr, "hvd-rsh: host [%s] command [%s]\n", args->host, args->command);
+    if (o->verbose)
+        fprintf(stderr, "hvd-rsh: host [%s] runs %s: [%s]\n", args->host, daemon_of(args->command),
+                args->command);
     return 0;
 }
 
@@ -180,7 +208,8 @@ static int rpc_mode(const hvd_ssh_args *args, const rsh_opts *o, int sig_fd) {
         fprintf(stderr, "hvd-rsh: %s: lost the task service while the command ran: %s\n",
                 args->host, err.msg);
     else
-        fprintf(stderr, "hvd-rsh: %s: cannot run the command: %s\n", args->host, err.msg);
+        fprintf(stderr, "hvd-rsh: %s: cannot run %s: %s\n", args->host, daemon_of(args->command),
+                err.msg);
     return RSH_FAILED;
 }
 

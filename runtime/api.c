@@ -11,6 +11,7 @@
 #include "entry.h"
 #include "fault.h"
 #include "hvd/runtime.h"
+#include "mpi_check.h"
 #include "state.h"
 #include "types.h"
 #ifdef HVD_HAVE_NCCL
@@ -327,6 +328,10 @@ int hvd_barrier(hvd_err *err) {
     hvd_handle h;
     if (hvd_barrier_async(&h, err)) return -1;
     return hvd_wait(h, err);
+}
+
+const char *hvd_mpi_built_for(void) {
+    return rt_mpi_built_for();
 }
 
 int hvd_nccl_built(void) {

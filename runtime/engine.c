@@ -18,6 +18,7 @@
 #include "cycle.h"
 #include "hvd/runtime.h"
 #include "log.h"
+#include "mpi_check.h"
 #include "state.h"
 
 /* The background thread's own state. */
@@ -45,6 +46,8 @@ static int mpi_setup(bg_state *b, rt_ids *ids, hvd_err *err) {
         return hvd_err_set(err, HVD_E_STATE,
                            "MPI was already finalized (by an earlier hvd_shutdown or by the "
                            "application); MPI cannot start twice in one process");
+    /* Another MPI's launcher would not fail MPI_Init: every rank would come up alone. */
+    if (rt_mpi_check_launcher(err) != 0) return -1;
     int provided = 0;
     if (!initialized) {
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)

@@ -23,6 +23,9 @@ done
 
 bash scripts/install-deps.sh
 bash scripts/install-spark.sh >/dev/null # pyspark from PyPI, for the Spark test
+# Open MPI 5 and MPICH for the launcher tests (tests/e2e --mpi): PyPI wheels in fixed virtual
+# environments; the tests skip with the reason when they cannot be installed.
+bash scripts/install-mpi-wheels.sh all >/dev/null || true
 # The Python package's tests run in a virtual environment with torch and pyspark (a fixed
 # path, reused across runs: scripts/install-python.sh).
 test_python=$(bash scripts/install-python.sh | tail -n 1)

@@ -54,12 +54,15 @@ static void log_env(hvd_task *t, const hvd_run_msg *req, char *const *envp) {
     task_log(t, HVD_LOG_DEBUG, "%s", line);
 }
 
+/* How many variables point Open MPI at a command's private directory (command_env). */
+#define SHM_DIR_VARS 4
+
 /* The command's environment: the base with the request's sets, then its unsets. */
 static char **command_env(hvd_task *t, const hvd_run_msg *req, hvd_err *err) {
     /* Made only now: tasks that never run a command (siblings) leave nothing in /dev/shm. */
     task_make_shm_dir(t);
     size_t n = req->env_set.n + req->env_unset.n;
-    hvd_env_change *ch = calloc(n + 2, sizeof *ch);
+    hvd_env_change *ch = calloc(n + SHM_DIR_VARS, sizeof *ch);
     char **names = calloc(req->env_set.n ? req->env_set.n : 1, sizeof *names);
     char **envp = NULL;
     if (!ch || !names) {
@@ -85,12 +88,17 @@ static char **command_env(hvd_task *t, const hvd_run_msg *req, hvd_err *err) {
     /* First, so that a request naming it wins. */
     /* Open MPI names its session directory (under the temp dir) and its shared-memory files
      * (in /dev/shm) after the real hostname: two host hashes of one machine would share them
-     * and crash (hwloc's shared topology, the vader segments). Both go to the private dir. */
+     * and crash (hwloc's shared topology, the vader segments; Open MPI 5's sm segments, seen
+     * crashing in mca_btl_sm_poll_handle_frag). Both go to the private dir, under the names
+     * of Open MPI 4 (ORTE, vader) and 5 (PRRTE, sm); MPICH names its files uniquely. */
     if (t->shm_dir) {
-        memmove(ch + 2, ch, n * sizeof *ch);
-        ch[0] = (hvd_env_change){"OMPI_MCA_btl_vader_backing_directory", t->shm_dir};
-        ch[1] = (hvd_env_change){"OMPI_MCA_orte_tmpdir_base", t->shm_dir};
-        n += 2;
+        static const char *const names_for_dir[SHM_DIR_VARS] = {
+            "OMPI_MCA_btl_vader_backing_directory", "OMPI_MCA_orte_tmpdir_base",
+            "OMPI_MCA_btl_sm_backing_directory", "PRTE_MCA_prte_tmpdir_base"};
+        memmove(ch + SHM_DIR_VARS, ch, n * sizeof *ch);
+        for (size_t i = 0; i < SHM_DIR_VARS; i++)
+            ch[i] = (hvd_env_change){names_for_dir[i], t->shm_dir};
+        n += SHM_DIR_VARS;
     }
     envp = hvd_env_build(t->cmd_env, ch, n, err);
 out:

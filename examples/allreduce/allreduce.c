@@ -44,8 +44,9 @@ __attribute__((visibility("default"))) int hvd_example_allreduce(const hvd_entry
     if (rc == 0) {
         char line[256];
         int n = snprintf(line, sizeof line,
-                         "rank %d/%d (local %d/%d): allreduce sum = [%g, %g, %g, %g]\n", rank, size,
-                         hvd_local_rank(), hvd_local_size(), sum[0], sum[1], sum[2], sum[3]);
+                         "rank %d/%d (local %d/%d, %s): allreduce sum = [%g, %g, %g, %g]\n", rank,
+                         size, hvd_local_rank(), hvd_local_size(), hvd_mpi_built_for(), sum[0],
+                         sum[1], sum[2], sum[3]);
         out->data = malloc((size_t)n);
         if (out->data) {
             memcpy(out->data, line, (size_t)n);

@@ -7,8 +7,11 @@
 
 #include "allreduce.h"
 
-static int env_int(const char *name) {
-    const char *s = getenv(name);
+/* The first of hvd-exec's, Open MPI's and MPICH's (Hydra's) names for a number that is set. */
+static int env_int(const char *hvd, const char *ompi, const char *mpich) {
+    const char *s = getenv(hvd);
+    if (!s) s = getenv(ompi);
+    if (!s) s = getenv(mpich);
     return s ? atoi(s) : -1;
 }
 
@@ -29,10 +32,12 @@ int main(int argc, char **argv) {
     }
     /* What hvd-exec would pass: the launcher's view of the rank, if there is one. */
     hvd_entry_ctx ctx = {.abi_version = HVD_ENTRY_ABI_VERSION,
-                         .rank = env_int("OMPI_COMM_WORLD_RANK"),
-                         .size = env_int("OMPI_COMM_WORLD_SIZE"),
-                         .local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK"),
-                         .local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE"),
+                         .rank = env_int("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"),
+                         .size = env_int("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"),
+                         .local_rank = env_int("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                               "MPI_LOCALRANKID"),
+                         .local_size = env_int("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                               "MPI_LOCALNRANKS"),
                          .task_index = -1,
                          .arg = (const uint8_t *)"",
                          .arg_len = 0};

@@ -18,8 +18,36 @@ enum {
     HVD_LAUNCH_STOP_LOST = 2, /* stop it, and a part of it is unreachable: do not wait on mpirun */
 };
 
+/* The MPI implementations whose launchers hvd-bridge drives (docs/launcher.md): each starts its
+ * per-host daemon through an ssh-like agent, and hvd-rsh is that agent for all of them. */
+typedef enum hvd_mpi_impl {
+    HVD_MPI_AUTO = 0, /* ask the launcher: `mpirun --version` (hvd_mpi_detect) */
+    HVD_MPI_OPENMPI4, /* Open MPI up to 4.1: ORTE's mpirun, orted, -mca plm_rsh_agent */
+    HVD_MPI_OPENMPI5, /* Open MPI 5: PRRTE's prterun, prted, --prtemca plm_ssh_agent */
+    HVD_MPI_MPICH,    /* MPICH and Intel MPI: Hydra's mpiexec, hydra_pmi_proxy, -launcher-exec */
+} hvd_mpi_impl;
+
+/* "openmpi4", "openmpi5", "mpich" or "auto". */
+const char *hvd_mpi_impl_name(hvd_mpi_impl mpi);
+
+/* The implementation named by one of those words. Returns 0, or -1 for another word. */
+int hvd_mpi_impl_parse(const char *name, hvd_mpi_impl *out);
+
+/* Which implementation a launcher's `--version` text describes ("mpirun (Open MPI) 5.0.11",
+ * Hydra's "HYDRA build details: ... Version: 4.2.1", Intel MPI's "Intel(R) MPI Library ...").
+ * Returns 0 with *out (never HVD_MPI_AUTO) and the version (e.g. "Open MPI 5.0.11") in
+ * version, or -1 when the text names none of them. */
+int hvd_mpi_parse_version(const char *text, hvd_mpi_impl *out, char *version, size_t cap);
+
+/* Runs `mpirun --version` (mpirun: a path, or a name looked up in PATH; NULL: "mpirun") and
+ * parses it. Returns 0 with *out and version, or -1 with err (not found, failed, silent for
+ * 10 s, or an implementation hvd-bridge does not know). */
+int hvd_mpi_detect(const char *mpirun, hvd_mpi_impl *out, char *version, size_t cap, hvd_err *err);
+
 typedef struct hvd_launch_config {
     int np;                       /* ranks (= tasks) */
+    hvd_mpi_impl mpi;             /* whose command line to write; HVD_MPI_AUTO: hvd_mpi_detect */
+    const char *mpirun;           /* the launcher: a path, or a name in PATH; NULL: "mpirun" */
     const char *bin_dir;          /* where hvd-rsh is; NULL: hvd_launch_bin_dir() */
     const char *exec_bin_dir;     /* where hvd-exec is on the executors; NULL: bin_dir */
     const char *const *mpi_args;  /* extra mpirun arguments (NULL-terminated), or NULL */
@@ -60,10 +88,30 @@ int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outco
                    hvd_err *err);
 
 /* The mpirun argv of the job over the registered tasks (host list from d) and the given
- * interfaces: NULL-terminated, malloc'd; free with hvd_launch_free_argv. NULL with err. */
+ * interfaces, in the dialect of cfg->mpi (HVD_MPI_AUTO: detected first): NULL-terminated,
+ * malloc'd; free with hvd_launch_free_argv. NULL with err. */
 char **hvd_launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
                        hvd_err *err);
 void hvd_launch_free_argv(char **argv);
+
+/* The pieces of hvd_launch_argv's command line that a command typed by hand needs as well
+ * (hvd-driver serve writes them into its env file; docs/launcher.md shows them per
+ * implementation), each a NULL-terminated vector. */
+typedef struct hvd_launch_parts {
+    hvd_mpi_impl mpi; /* the dialect: cfg->mpi, or what the launcher said (never AUTO) */
+    char version[64]; /* the launcher's own word when detected ("Open MPI 5.0.11"), or "" */
+    char **args;      /* what every job wants: no name resolution, no stdin, no environment
+                         forwarded but what is named */
+    char **agent;     /* hvd-rsh as the launcher's remote-shell agent */
+    char **ifaces;    /* the interfaces for MPI traffic, the daemons and NCCL (empty if none) */
+    char **env;       /* NAME=VALUE the launcher itself needs in its environment */
+} hvd_launch_parts;
+
+/* Fills out for the job of d over ifaces (cfg->mpi, detected when HVD_MPI_AUTO). Returns 0, or
+ * -1 with err (nothing to free then). */
+int hvd_launch_parts_make(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
+                          hvd_launch_parts *out, hvd_err *err);
+void hvd_launch_parts_free(hvd_launch_parts *p);
 
 /* The directory of hvd-rsh/hvd-exec: $HVD_BIN_DIR, else the directory of /proc/self/exe. */
 const char *hvd_launch_bin_dir(void);

@@ -96,8 +96,10 @@ typedef struct hvd_stats {
  * background thread, which then makes every MPI call), or uses the application's MPI, which
  * must then be initialized with MPI_THREAD_MULTIPLE. Reads the HOROVOD_* knobs
  * (docs/runtime.md); rank 0's values win. Calling it again while running does nothing.
- * Returns 0 on success, -1 on failure (bad knob, MPI or thread failure, or MPI finalized by an
- * earlier hvd_shutdown). */
+ * Returns 0 on success, -1 on failure (bad knob, MPI or thread failure, MPI finalized by an
+ * earlier hvd_shutdown, or ranks started by another MPI's launcher than the one the runtime
+ * was built against: Open MPI 4's orted, Open MPI 5's prted, MPICH's Hydra, told apart by the
+ * variables each sets; the message names both). */
 int hvd_init(hvd_err *err);
 
 /* Stops the runtime on every rank: the background threads agree on the stop in their next
@@ -123,6 +125,10 @@ int hvd_cross_size(void);
 
 /* 1 if this build has the NCCL backend (device buffers), else 0. */
 int hvd_nccl_built(void);
+
+/* The MPI this build was compiled against, from its mpi.h: "Open MPI 4.1.4", "Open MPI 5.0.11",
+ * "MPICH 5.0.2". Any time, without hvd_init. */
+const char *hvd_mpi_built_for(void);
 
 /* ---- Asynchronous collectives -------------------------------------------------------- *
  * Each returns 0 and stores a handle in *handle once the request is queued, or -1 without a

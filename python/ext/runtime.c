@@ -99,6 +99,12 @@ INT_GETTER(rt_cross_rank, hvd_cross_rank)
 INT_GETTER(rt_cross_size, hvd_cross_size)
 INT_GETTER(rt_nccl_built, hvd_nccl_built)
 
+/* mpi_built_for() -> "Open MPI 4.1.4", "MPICH 5.0.2": the MPI this extension was built with. */
+static PyObject *rt_mpi_built_for(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyUnicode_FromString(hvd_mpi_built_for());
+}
+
 /* ---- Collectives ------------------------------------------------------------------------- */
 
 /* allreduce_async(name, send, recv, count, dtype, op, prescale, postscale, device) -> handle */
@@ -351,6 +357,8 @@ static PyMethodDef methods[] = {
     {"cross_rank", rt_cross_rank, METH_NOARGS, NULL},
     {"cross_size", rt_cross_size, METH_NOARGS, NULL},
     {"nccl_built", rt_nccl_built, METH_NOARGS, NULL},
+    {"mpi_built_for", rt_mpi_built_for, METH_NOARGS,
+     "mpi_built_for(): the MPI the runtime was built against (its mpi.h)"},
     {"allreduce_async", rt_allreduce, METH_VARARGS, NULL},
     {"allgather_async", rt_allgather, METH_VARARGS, NULL},
     {"broadcast_async", rt_broadcast, METH_VARARGS, NULL},

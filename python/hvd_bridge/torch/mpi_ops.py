@@ -117,6 +117,12 @@ def mpi_built():
     return True
 
 
+def mpi_built_for():
+    """The MPI the runtime was built against ("Open MPI 4.1.4", "MPICH 5.0.2"): the one whose
+    launcher must start the ranks (hvd.init() refuses another's, naming both)."""
+    return _rt.mpi_built_for()
+
+
 def mpi_enabled():
     return is_initialized()
 
