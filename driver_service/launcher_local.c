@@ -1,10 +1,10 @@
 /* Local task services for `hvd-driver run --local H`: N hvd-task processes on this machine,
  * grouped into H fake hosts. Each fake host has its own host hash and its own TMPDIR, so the
  * orteds of different fake hosts never share session directories (shared/reference/
- * openmpi_rsh_agent.md section 7), under Open MPI 5 it gets a hostname of its own, and its orted does not put the hardware topology in a
- * shared-memory segment at a hole of its address space (rtc_hwloc_vmhole none): with many
- * orteds on one machine that crashed one orted in about a thousand (SIGSEGV in
- * hwloc_shmem_topology_write), failing 2 of 8 jobs of 256 fake hosts. */
+ * openmpi_rsh_agent.md section 7), under Open MPI 5 it gets a hostname of its own, and its orted
+ * does not put the hardware topology in a shared-memory segment at a hole of its address space
+ * (rtc_hwloc_vmhole none): with many orteds on one machine that crashed one orted in about a
+ * thousand (SIGSEGV in hwloc_shmem_topology_write), failing 2 of 8 jobs of 256 fake hosts. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
