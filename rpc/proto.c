@@ -131,6 +131,30 @@ const hvd_msg_desc hvd_get_result_desc = HVD_MSG_EMPTY(HVD_MSG_GET_RESULT, "get_
 const hvd_msg_desc hvd_wait_shutdown_desc =
     HVD_MSG(HVD_MSG_WAIT_SHUTDOWN, "wait_shutdown", hvd_index_msg, index_fields);
 
+static const hvd_field elastic_fields[] = {
+    HVD_FIELD(hvd_elastic_msg, epoch, HVD_F_U64),
+    HVD_FIELD(hvd_elastic_msg, hosts_updated, HVD_F_BOOL),
+};
+const hvd_msg_desc hvd_elastic_state_desc = HVD_MSG_EMPTY(HVD_MSG_ELASTIC_STATE, "elastic_state");
+const hvd_msg_desc hvd_elastic_desc =
+    HVD_MSG(HVD_MSG_ELASTIC, "elastic", hvd_elastic_msg, elastic_fields);
+
+static const hvd_field commit_fields[] = {
+    HVD_FIELD(hvd_commit_msg, id, HVD_F_U64),
+    HVD_FIELD(hvd_commit_msg, size, HVD_F_U64),
+    HVD_FIELD(hvd_commit_msg, state, HVD_F_BIN),
+};
+const hvd_msg_desc hvd_commit_state_desc =
+    HVD_MSG(HVD_MSG_COMMIT_STATE, "commit_state", hvd_commit_msg, commit_fields);
+const hvd_msg_desc hvd_latest_commit_desc = HVD_MSG_EMPTY(HVD_MSG_LATEST_COMMIT, "latest_commit");
+const hvd_msg_desc hvd_commit_desc =
+    HVD_MSG(HVD_MSG_COMMIT, "commit", hvd_commit_msg, commit_fields);
+
+static const hvd_field commit_ref_fields[] = {HVD_FIELD(hvd_commit_ref_msg, id, HVD_F_U64)};
+const hvd_msg_desc hvd_fetch_commit_desc =
+    HVD_MSG(HVD_MSG_FETCH_COMMIT, "fetch_commit", hvd_commit_ref_msg, commit_ref_fields);
+const hvd_msg_desc hvd_stop_command_desc = HVD_MSG_EMPTY(HVD_MSG_STOP_COMMAND, "stop_command");
+
 const hvd_msg_desc *const hvd_proto_all[] = {
     &hvd_register_task_desc,
     &hvd_task_info_desc,
@@ -159,6 +183,13 @@ const hvd_msg_desc *const hvd_proto_all[] = {
     &hvd_resources_desc,
     &hvd_get_result_desc,
     &hvd_wait_shutdown_desc,
+    &hvd_elastic_state_desc,
+    &hvd_elastic_desc,
+    &hvd_commit_state_desc,
+    &hvd_latest_commit_desc,
+    &hvd_commit_desc,
+    &hvd_fetch_commit_desc,
+    &hvd_stop_command_desc,
 };
 const size_t hvd_proto_count = sizeof hvd_proto_all / sizeof hvd_proto_all[0];
 

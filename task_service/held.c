@@ -52,7 +52,7 @@ void held_activate_subs(hvd_task *t) {
         s->active = true;
 }
 
-void held_add_waiter(hvd_task *t, hvd_call *call) {
+void held_add_waiter(hvd_task *t, hvd_call *call, bool status) {
     task_waiter *w = calloc(1, sizeof *w);
     if (!w) {
         hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
@@ -60,6 +60,7 @@ void held_add_waiter(hvd_task *t, hvd_call *call) {
     }
     w->t = t;
     w->call = call;
+    w->status = status;
     w->next = t->waiters;
     t->waiters = w;
     hvd_call_on_cancel(call, waiter_cancelled, w);
@@ -95,7 +96,7 @@ void task_loop_quiesce(void *arg) {
     for (task_waiter *w = t->waiters; w; w = w->next) {
         if (!w->call) continue;
         if (t->ended)
-            pump_reply_exit(&w->call, t->exit_code);
+            pump_reply_waiter(w, t->exit_code);
         else
             fail_held(&w->call, HVD_E_SHUTDOWN, msg);
     }
@@ -124,7 +125,7 @@ void task_loop_abort(void *arg) {
         }
         return;
     }
-    if (t->refused) return;
+    if (t->refused || t->cfg.elastic) return; /* elastic: the next command is welcome */
     t->refused = true;
     char msg[128];
     snprintf(msg, sizeof msg, "%s was aborted before a command started", t->name);

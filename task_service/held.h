@@ -15,8 +15,9 @@
 void held_add_sub(hvd_task *t, hvd_call *call, bool active);
 /* Loop: the command started: the ATTACH calls held for it receive its output from now on. */
 void held_activate_subs(hvd_task *t);
-/* Loop: holds call until the command's exit code is known. Fails it if out of memory. */
-void held_add_waiter(hvd_task *t, hvd_call *call);
+/* Loop: holds call until the command's exit code is known (answered with STATUS when status
+ * is true: STOP_COMMAND, else EXIT). Fails it if out of memory. */
+void held_add_waiter(hvd_task *t, hvd_call *call, bool status);
 
 /* Records the first reason to abort, wakes hvd_task_run and aborts the command on the loop.
  * Any thread. */

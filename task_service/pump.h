@@ -30,5 +30,10 @@ void pump_call_gone(hvd_task *t);
 void pump_sweep(hvd_task *t);
 /* Answers a subscriber or waiter with the exit code (the call pointer is cleared). */
 void pump_reply_exit(hvd_call **call, int exit_code);
+/* Elastic: forgets the command that ended (its process, its shared-memory directory), so
+ * that another can start. */
+void pump_recycle(hvd_task *t);
+/* Answers a waiter: EXIT for WAIT_EXIT, STATUS (ended) for STOP_COMMAND. */
+void pump_reply_waiter(task_waiter *w, int exit_code);
 
 #endif
