@@ -133,8 +133,9 @@ static void mesh_error(const drv_registry *r, hvd_err *err) {
     uint64_t empty = 0, fails[DRV_MAX_CAND] = {0};
     uint32_t listed = 0, first[DRV_MAX_CAND][2];
     char pairs[HVD_ERR_MAX] = "", msg[HVD_ERR_MAX] = "";
-    for (uint32_t i = 0; i < r->n; i++) {
-        for (uint32_t j = 0; j < r->n; j++) {
+    for (uint32_t a = 0; a < r->nact; a++) {
+        for (uint32_t b = 0; b < r->nact; b++) {
+            uint32_t i = r->act[a], j = r->act[b];
             if (j == i) continue;
             uint64_t m = r->tasks[i].reach[j];
             for (size_t k = 0; k < r->ncand; k++) {
@@ -183,14 +184,14 @@ static void mesh_error(const drv_registry *r, hvd_err *err) {
     hvd_err_set(err, HVD_E_NOT_FOUND, "%s", msg);
 }
 
-/* Intersects the reached candidate interfaces over every ordered pair. d->mu held; every
- * task registered and reported. Returns 0 with a NULL-terminated list (candidate order, which
- * is task 0's), or -1 with err. */
+/* Intersects the reached candidate interfaces over every ordered pair of active tasks. d->mu
+ * held; every active task registered and reported. Returns 0 with a NULL-terminated list
+ * (candidate order, which is the first task's), or -1 with err. */
 static int mesh(const drv_registry *r, char ***out, hvd_err *err) {
     uint64_t common = r->ncand == 64 ? UINT64_MAX : ((uint64_t)1 << r->ncand) - 1;
-    for (uint32_t i = 0; i < r->n && common; i++)
-        for (uint32_t j = 0; j < r->n; j++)
-            if (j != i) common &= r->tasks[i].reach[j];
+    for (uint32_t a = 0; a < r->nact && common; a++)
+        for (uint32_t b = 0; b < r->nact; b++)
+            if (a != b) common &= r->tasks[r->act[a]].reach[r->act[b]];
     if (!common) {
         mesh_error(r, err);
         return -1;
@@ -216,7 +217,7 @@ static bool declares(const hvd_task_info *t, const char *ifname) {
 static int no_candidates(const drv_registry *r, hvd_err *err) {
     char msg[HVD_ERR_MAX] = "";
     append(msg, sizeof msg, "the tasks have no network interface name in common:");
-    const hvd_task_info *t0 = &r->tasks[0].info;
+    const hvd_task_info *t0 = &r->tasks[r->act[0]].info;
     const hvd_addr *a = t0->addrs.v;
     size_t shown = 0;
     for (size_t x = 0; x < t0->addrs.n && shown < LIST_NAMES_MAX; x++) {
@@ -225,14 +226,16 @@ static int no_candidates(const drv_registry *r, hvd_err *err) {
         for (size_t y = 0; y < x && !seen; y++)
             seen = strcmp(a[y].ifname, name) == 0;
         if (!name[0] || seen) continue;
-        for (uint32_t j = 1; j < r->n; j++) {
+        for (uint32_t k = 1; k < r->nact; k++) {
+            uint32_t j = r->act[k];
             if (declares(&r->tasks[j].info, name)) continue;
-            append(msg, sizeof msg, "%s task 0 has %s, task %u has not", shown ? ";" : "", name, j);
+            append(msg, sizeof msg, "%s task %u has %s, task %u has not", shown ? ";" : "",
+                   r->act[0], name, j);
             shown++;
             break;
         }
     }
-    if (shown == 0) append(msg, sizeof msg, " task 0 declared no interface names");
+    if (shown == 0) append(msg, sizeof msg, " task %u declared no interface names", r->act[0]);
     append(msg, sizeof msg,
            ": give the executors a common interface, or name the interfaces to use (--nics)");
     return hvd_err_set(err, HVD_E_NOT_FOUND, "%s", msg);
@@ -259,19 +262,27 @@ static int own_interfaces(const drv_task *t, char ***out, hvd_err *err) {
     return 0;
 }
 
-/* Waits for every task's reachability report. d->mu held. Returns 0, or -1 with err. */
+/* How many active tasks have reported. d->mu held. */
+static uint32_t active_reported(const drv_registry *r) {
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < r->nact; k++)
+        n += r->tasks[r->act[k]].reported;
+    return n;
+}
+
+/* Waits for every active task's reachability report. d->mu held. Returns 0, or -1 with err. */
 static int wait_reports(hvd_driver *d, int64_t start, int64_t deadline, hvd_err *err) {
     drv_registry *r = &d->reg;
-    while (r->nreported < r->n) {
+    while (active_reported(r) < r->nact) {
         if (d->aborted)
             return hvd_err_set(err, HVD_E_STATE,
                                "stopped waiting for the tasks' reachability reports: %s",
                                d->abort_reason);
-        if (!drv_cond_wait(d, deadline) && r->nreported < r->n) {
+        if (!drv_cond_wait(d, deadline) && active_reported(r) < r->nact) {
             uint32_t *v = malloc(r->n * sizeof *v);
             size_t n = 0;
-            for (uint32_t i = 0; v && i < r->n; i++)
-                if (!r->tasks[i].reported) v[n++] = i;
+            for (uint32_t k = 0; v && k < r->nact; k++)
+                if (!r->tasks[r->act[k]].reported) v[n++] = r->act[k];
             char missing[256] = "?";
             if (v) drv_format_ranges(v, n, missing, sizeof missing);
             free(v);
@@ -280,7 +291,8 @@ static int wait_reports(hvd_driver *d, int64_t start, int64_t deadline, hvd_err 
                                "peers they reached: %u of %u reported, missing task(s) %s: can "
                                "those executors connect to the other tasks (firewalls, routes)? "
                                "Or name the interfaces to use (--nics)",
-                               (long long)(hvd_now_ms() - start), r->nreported, r->n, missing);
+                               (long long)(hvd_now_ms() - start), active_reported(r), r->nact,
+                               missing);
         }
     }
     return 0;
@@ -294,22 +306,26 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
                            "loop thread");
     int64_t start = hvd_now_ms();
     int64_t deadline = timeout_ms < 0 ? -1 : start + timeout_ms;
-    bool probe = d->nics == NULL && d->num_tasks > 1;
 
-    /* A snapshot of every registration: the workers send it without the lock. */
-    hvd_peers_msg peers = {.probe = probe};
+    /* A snapshot of every active registration: the workers send it without the lock. */
     hvd_task_info *infos = calloc(d->num_tasks, sizeof *infos);
     if (!infos) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     pthread_mutex_lock(&d->mu);
     drv_registry *r = &d->reg;
+    uint32_t ntasks = r->nact; /* all tasks, or an elastic launch's */
+    bool probe = d->nics == NULL && ntasks > 1;
+    hvd_peers_msg peers = {.probe = probe};
     int rc = 0;
-    if (r->nregistered < r->n)
+    uint32_t registered = 0;
+    for (uint32_t k = 0; k < ntasks; k++)
+        registered += r->tasks[r->act[k]].registered;
+    if (registered < ntasks)
         rc = hvd_err_set(err, HVD_E_STATE,
                          "only %u of %u tasks registered: wait for registration before asking "
                          "for the common interfaces",
-                         r->nregistered, r->n);
-    for (uint32_t i = 0; rc == 0 && i < r->n; i++)
-        if (drv_msg_clone(&hvd_task_info_desc, &r->tasks[i].info, &infos[i]) != 0)
+                         registered, ntasks);
+    for (uint32_t k = 0; rc == 0 && k < ntasks; k++)
+        if (drv_msg_clone(&hvd_task_info_desc, &r->tasks[r->act[k]].info, &infos[k]) != 0)
             rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     /* The names a common interface can have; reports of an earlier round no longer count. */
     bool truncated = false;
@@ -322,7 +338,7 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
     }
     pthread_mutex_unlock(&d->mu);
     peers.tasks.v = infos;
-    peers.tasks.n = d->num_tasks;
+    peers.tasks.n = ntasks;
 
     if (truncated)
         drv_log(d,
@@ -348,8 +364,8 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
         return *ifaces ? 0 : hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     }
     pthread_mutex_lock(&d->mu);
-    if (d->num_tasks == 1)
-        rc = own_interfaces(&r->tasks[0], ifaces, err);
+    if (ntasks == 1)
+        rc = own_interfaces(&r->tasks[r->act[0]], ifaces, err);
     else if ((rc = wait_reports(d, start, deadline, err)) == 0)
         rc = mesh(r, ifaces, err);
     pthread_mutex_unlock(&d->mu);
