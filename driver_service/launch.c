@@ -13,6 +13,7 @@
 #include "common/strv.h"
 #include "hvd/launch.h"
 #include "hvd/proto.h"
+#include "launch_internal.h"
 
 #define POLL_MS 50 /* how often the wait for mpirun looks at the stop flag */
 
@@ -62,7 +63,8 @@ static void add_interfaces(hvd_strb *a, char *const *ifaces) {
  * the port task 0 found free on its host. Nothing when task 0 reported no port. */
 static void add_master(hvd_strb *a, hvd_driver *d, char *const *ifaces) {
     hvd_task_info t0;
-    if (hvd_driver_task(d, 0, &t0, NULL) != 0) return;
+    int64_t first = hvd_driver_first_active(d); /* task 0, or an elastic launch's first */
+    if (first < 0 || hvd_driver_task(d, (uint32_t)first, &t0, NULL) != 0) return;
     const hvd_addr *addrs = t0.addrs.v, *pick = NULL;
     for (size_t i = 0; i < t0.addrs.n; i++) {
         bool on_iface = !ifaces || !ifaces[0] || strcmp(addrs[i].ifname, ifaces[0]) == 0;
@@ -122,9 +124,7 @@ void hvd_launch_free_argv(char **argv) {
     hvd_strv_free(argv);
 }
 
-static void launch_log(const hvd_launch_config *cfg, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void launch_log(const hvd_launch_config *cfg, const char *fmt, ...) {
+void launch_log(const hvd_launch_config *cfg, const char *fmt, ...) {
     if (!cfg->log) return;
     char line[4096];
     va_list ap;
@@ -138,9 +138,7 @@ static bool stop_requested(const hvd_launch_config *cfg) {
     return cfg->stop && __atomic_load_n(cfg->stop, __ATOMIC_ACQUIRE);
 }
 
-/* mpirun's environment: this process's, with cfg->extra_env and then the job's variables
- * (which win). Returns NULL with err. */
-static char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, hvd_err *err) {
+char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, hvd_err *err) {
     char **job = hvd_driver_job_env(d, err);
     if (!job) return NULL;
     size_t nextra = hvd_strv_len(cfg->extra_env), njob = hvd_strv_len((const char *const *)job);
