@@ -222,6 +222,12 @@ int sgd_train_elastic(const sgd_elastic_config *ec, double *w, double *mse, char
     }
     log_line(ec->log_path, "start size=%d commit=%llu steps=%lld\n", hvd_size(),
              (unsigned long long)hvd_elastic_commit_id(), (long long)st.steps);
+    const char *host = getenv("HOROVOD_HOSTNAME");
+    if ((ec->fail_host && host && !strcmp(host, ec->fail_host)) || hvd_rank() == ec->fail_rank) {
+        snprintf(err, err_len, "rank %d on host %s fails on purpose", hvd_rank(),
+                 host ? host : "?");
+        return 3;
+    }
     int per_epoch = cfg->samples / cfg->batch;
     int64_t total = (int64_t)cfg->epochs * per_epoch;
     while (st.steps < total) {
@@ -264,13 +270,16 @@ static void parse_elastic_arg(const hvd_entry_ctx *ctx, sgd_elastic_config *ec, 
         if (!strcmp(kv, "commit")) ec->commit_every = atoi(v) > 0 ? atoi(v) : 1;
         if (!strcmp(kv, "sleep")) ec->sleep_ms = atoi(v);
         if (!strcmp(kv, "log")) ec->log_path = v;
+        if (!strcmp(kv, "fail_host")) ec->fail_host = v;
+        if (!strcmp(kv, "fail_rank")) ec->fail_rank = atoi(v);
     }
 }
 
 __attribute__((visibility("default"))) int hvd_example_train_sgd_elastic(const hvd_entry_ctx *ctx,
                                                                          hvd_entry_result *out) {
     sgd_elastic_config ec = {.base = {.samples = 4096, .batch = 256, .epochs = 20, .lr = 0.2},
-                             .commit_every = 4};
+                             .commit_every = 4,
+                             .fail_rank = -1};
     char arg[1024];
     parse_elastic_arg(ctx, &ec, arg, sizeof arg);
     hvd_err e = {0};
@@ -281,7 +290,9 @@ __attribute__((visibility("default"))) int hvd_example_train_sgd_elastic(const h
     double w[NW], mse = 0;
     int rc = sgd_train_elastic(&ec, w, &mse, out->error, sizeof out->error);
     hvd_elastic_close();
-    hvd_shutdown();
+    /* A rank that ends early (a reset, a failure) leaves the others in their collectives:
+     * mpirun ends them; waiting for them in hvd_shutdown would hang. */
+    if (rc == 0) hvd_shutdown();
     if (rc != 0) return rc < 0 ? 1 : rc;
     out->data = (uint8_t *)format_weights(w, mse, &out->len);
     return 0;

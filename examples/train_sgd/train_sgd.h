@@ -24,9 +24,11 @@ int sgd_train(const sgd_config *cfg, double *w, double *mse, char *err, size_t e
  * after a reset, committing every commit_every steps. */
 typedef struct sgd_elastic_config {
     sgd_config base;
-    int commit_every;     /* steps between commits */
-    int sleep_ms;         /* pause after each step (tests and benchmarks slow it down) */
-    const char *log_path; /* rank 0 appends "start ..." and "commit ..." lines here, or NULL */
+    int commit_every;      /* steps between commits */
+    int sleep_ms;          /* pause after each step (tests and benchmarks slow it down) */
+    const char *log_path;  /* rank 0 appends "start ..." and "commit ..." lines here, or NULL */
+    const char *fail_host; /* tests: ranks on this host hash fail (status 3) at every start */
+    int fail_rank;         /* tests: this rank fails (status 3) at every start; -1: none */
 } sgd_elastic_config;
 
 /* Trains (hvd_init done) from the newest commit, or from the start. Returns 0 with the final
@@ -36,7 +38,8 @@ typedef struct sgd_elastic_config {
 int sgd_train_elastic(const sgd_elastic_config *ec, double *w, double *mse, char *err,
                       size_t err_len);
 
-/* The elastic entry point: ctx->arg is "epochs=N,commit=K,sleep=MS,log=FILE" (each optional).
+/* The elastic entry point: ctx->arg is "epochs=N,commit=K,sleep=MS,log=FILE,fail_host=H,
+ * fail_rank=R" (each optional).
  * Returns as hvd_example_train_sgd, or HVD_ELASTIC_EXIT_RESET. */
 int hvd_example_train_sgd_elastic(const hvd_entry_ctx *ctx, hvd_entry_result *out);
 
