@@ -390,7 +390,8 @@ static void task_log(void *user, int level, const char *line) {
 static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"index",       "driver",       "secret",    "gpus",
                              "work_dir",    "host_hash",    "nics",      "start_timeout",
-                             "net_timeout", "min_lifetime", "log_level", NULL};
+                             "net_timeout", "min_lifetime", "log_level", "elastic",
+                             NULL};
     int index;
     const char *driver, *work_dir = NULL, *host_hash = NULL, *level_s = "warn";
     Py_buffer secret = {.buf = NULL};
@@ -402,9 +403,10 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_RuntimeError, "the task is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "isy*|OzzOddds", kwlist, &index, &driver, &secret,
+    int elastic = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "isy*|OzzOdddsp", kwlist, &index, &driver, &secret,
                                      &gpus_o, &work_dir, &host_hash, &nics_o, &start_timeout,
-                                     &net_timeout, &min_lifetime, &level_s))
+                                     &net_timeout, &min_lifetime, &level_s, &elastic))
         return -1;
     char **gpus = NULL, **nics = NULL;
     hvd_addr *addrs = NULL;
@@ -439,7 +441,8 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
                            .min_lifetime_ms = life_ms ? life_ms : -1,
                            .log = task_log,
                            .log_user = self->prefix,
-                           .log_level = level};
+                           .log_level = level,
+                           .elastic = elastic};
     memcpy(cfg.secret.key, secret.buf, HVD_SECRET_LEN);
     PyThreadState *ts = PyEval_SaveThread();
     self->t = hvd_task_start(&cfg, &err);
@@ -534,8 +537,8 @@ static PyTypeObject TaskType = {
     .tp_basicsize = sizeof(TaskObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Task(index, driver, secret, gpus=None, work_dir=None, host_hash=None, nics=None, "
-              "start_timeout=600, net_timeout=15, min_lifetime=3, log_level='warn'): the task "
-              "service of one executor slot (include/hvd/task.h)",
+              "start_timeout=600, net_timeout=15, min_lifetime=3, log_level='warn', "
+              "elastic=False): the task service of one executor slot (include/hvd/task.h)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)task_init,
     .tp_dealloc = (destructor)task_dealloc,
