@@ -37,6 +37,48 @@ def log(path, line):
             f.write("%.3f %s\n" % (time.time(), line))
 
 
+def train_model(epochs=2, batch_size=48, lr=0.1, commit_every=4, sleep=0.0, log_path=None,
+                out=None):
+    """Trains the MLP as an elastic job; returns the final parameters (rank 0 also saves them
+    to out). Also what hvd_bridge.spark.run_elastic runs in tests/python."""
+    hvd.init()
+    x, y = data()
+    batches = len(x) // batch_size
+    torch.manual_seed(1)  # the same initial model everywhere (rank 0's is broadcast anyway)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, epoch=0, batch=0, commits=0)
+    state.register_reset_callbacks([lambda: log(log_path, "reset size=%d" % hvd.size())])
+
+    @hvd.elastic.run
+    def train(state):
+        log(log_path, "start size=%d commit=%d" % (hvd.size(), state.commits))
+        for state.epoch in range(state.epoch, epochs):
+            for state.batch in range(state.batch, batches):
+                per = batch_size // hvd.size()
+                lo = state.batch * batch_size + hvd.rank() * per
+                opt.zero_grad()
+                F.cross_entropy(model(x[lo:lo + per]), y[lo:lo + per]).backward()
+                opt.step()
+                if sleep:
+                    time.sleep(sleep)
+                if (state.batch + 1) % commit_every == 0:
+                    state.batch += 1  # the commit resumes after this step
+                    state.commits += 1
+                    log(log_path, "commit id=%d size=%d" % (state.commits, hvd.size()))
+                    state.commit()
+            state.batch = 0
+
+    train(state)
+    log(log_path, "done size=%d" % hvd.size())
+    params = {k: v.clone() for k, v in model.state_dict().items()}
+    if out and hvd.rank() == 0:
+        torch.save(params, out)
+    hvd.shutdown()
+    return params
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=2)
@@ -47,42 +89,8 @@ def main():
     ap.add_argument("--log")
     ap.add_argument("--out")
     args = ap.parse_args()
-
-    hvd.init()
-    x, y = data()
-    batches = len(x) // args.batch_size
-    torch.manual_seed(1)  # the same initial model everywhere (rank 0's is broadcast anyway)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    state = hvd.elastic.TorchState(model=model, optimizer=opt, epoch=0, batch=0, commits=0)
-    state.register_reset_callbacks([lambda: log(args.log, "reset size=%d" % hvd.size())])
-
-    @hvd.elastic.run
-    def train(state):
-        log(args.log, "start size=%d commit=%d" % (hvd.size(), state.commits))
-        for state.epoch in range(state.epoch, args.epochs):
-            for state.batch in range(state.batch, batches):
-                per = args.batch_size // hvd.size()
-                lo = state.batch * args.batch_size + hvd.rank() * per
-                opt.zero_grad()
-                F.cross_entropy(model(x[lo:lo + per]), y[lo:lo + per]).backward()
-                opt.step()
-                if args.sleep:
-                    time.sleep(args.sleep)
-                if (state.batch + 1) % args.commit_every == 0:
-                    state.batch += 1  # the commit resumes after this step
-                    state.commits += 1
-                    log(args.log, "commit id=%d size=%d" % (state.commits, hvd.size()))
-                    state.commit()
-            state.batch = 0
-        return model
-
-    train(state)
-    if args.out and hvd.rank() == 0:
-        torch.save({k: v.clone() for k, v in model.state_dict().items()}, args.out)
-    log(args.log, "done size=%d" % hvd.size())
-    hvd.shutdown()
+    train_model(args.epochs, args.batch_size, args.lr, args.commit_every, args.sleep, args.log,
+                args.out)
 
 
 if __name__ == "__main__":
