@@ -40,8 +40,8 @@
  * because another rank went away): EX_TEMPFAIL, "try again". Never blamed on its host. */
 #define HVD_ELASTIC_EXIT_RESET 75
 /* A reset stops the old mpirun: SIGTERM, SIGKILL this much later (the ranks are restarted
- * from their last commit anyway, so there is nothing to wait for). */
-#define HVD_ELASTIC_KILL_DELAY_MS 1000
+ * from their last commit anyway; the delay lets mpirun remove its session directory). */
+#define HVD_ELASTIC_KILL_DELAY_MS 3000
 /* A host whose rank failed is blacklisted for MIN * 2^k + U(0, MIN) seconds (its k-th time),
  * at most MAX (--blacklist-cooldown-range MIN MAX; Horovod's formula and upper bound). */
 #define HVD_BLACKLIST_COOLDOWN_MIN_S 10
