@@ -275,6 +275,47 @@ def test_elastic_timeout():
             job.close()
 
 
+def test_registered_tasks():
+    """Task services that register themselves (as Spark executors do): a task that registers
+    mid-run is a host coming (the job grows at the next commit), a task killed is a host
+    going (the job goes on without it); the weights are an undisturbed run's."""
+    with tempfile.TemporaryDirectory() as d:
+        ref = reference(d, epochs=8)
+        job = Job(d, ["-np", "2", "--min-np", "2", "--max-np", "3", "--start-timeout", "60"],
+                  sgd_arg(os.path.join(d, "train.log"), epochs=8))
+        tasks = []
+        try:
+            env = dict(hvdtest.marked_env(job.mark, ARGS.bin),
+                       **hvdtest.task_hint(job.proc, errfile=job.err))
+            check("--elastic" in job.stderr(), "the hint says --elastic: %s" % job.stderr())
+
+            def start(i, host):
+                work = os.path.join(d, "task%d" % i)
+                os.makedirs(work)
+                tasks.append(hvdtest.start_task(ARGS.bin, i, env, host=host, cwd=work,
+                                                args=["--elastic", "--min-lifetime", "0"]))
+            start(0, "elregA")
+            start(1, "elregB")
+            job.wait_commit(2, "the first launch committing")
+            start(2, "elregC")
+            hvdtest.wait_for(lambda: any(s[1] == 3 for s in job.starts()), JOB_LIMIT,
+                             "the job growing to the third task")
+            job.wait_commit(max(job.commits()) + 1, "the grown job committing")
+            hvdtest.kill([tasks[1].pid])
+            rc, err = job.finish()
+            check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
+            resets = reset_lines(err)
+            check(len(resets) == 2 and "came: elregC" in resets[0] and
+                  "hosts left: elregB" in resets[1] and "now 2 ranks" in resets[1],
+                  "a grow to elregC, then elregB lost: %s" % resets)
+            check([s[1] for s in job.starts()] == [2, 3, 2], "sizes: %s" % job.starts())
+            same_weights(job.weights()[0], ref)
+        finally:
+            for t in tasks:
+                hvdtest.stop(t, 10, signal.SIGTERM)
+            job.close()
+
+
 def test_horovodrun_flags():
     """horovodrun's command line: -H localhost:N runs local task services, --output-filename
     writes one log per rank, and the command may follow the options without --."""
