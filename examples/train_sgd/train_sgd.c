@@ -246,7 +246,10 @@ int sgd_train_elastic(const sgd_elastic_config *ec, double *w, double *mse, char
         int r = hvd_elastic_commit(&st, sizeof st, &e);
         log_line(ec->log_path, "commit id=%llu steps=%lld size=%d\n",
                  (unsigned long long)hvd_elastic_commit_id(), (long long)st.steps, hvd_size());
-        if (r == HVD_ELASTIC_RESET) return HVD_ELASTIC_EXIT_RESET; /* hosts changed */
+        if (r == HVD_ELASTIC_RESET) { /* hosts changed: every rank is here, end together */
+            hvd_shutdown();
+            return HVD_ELASTIC_EXIT_RESET;
+        }
         if (r < 0) {
             snprintf(err, err_len, "commit failed: %s", e.msg);
             return HVD_ELASTIC_EXIT_RESET;

@@ -32,7 +32,8 @@ import torch
 
 from .. import _runtime as _rt
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from .mpi_ops import HorovodInternalError, HostsUpdatedInterrupt, init, is_initialized, rank
+from .mpi_ops import (HorovodInternalError, HostsUpdatedInterrupt, init, is_initialized, rank,
+                      shutdown)
 
 #: The status a rank ends with for a reset (HVD_ELASTIC_EXIT_RESET of include/hvd/defaults.h).
 RESET_STATUS = 75
@@ -191,9 +192,13 @@ def _epoch():
         return 0
 
 
-def _end_for_reset(why):
-    """Ends this rank for a reset: the driver starts the job again over the hosts it has."""
+def _end_for_reset(why, together):
+    """Ends this rank for a reset: the driver starts the job again over the hosts it has. When
+    every rank ends at the same point (together: the hosts changed), the runtime is shut down
+    first, so that mpirun sees a clean end instead of aborting the job."""
     sys.stderr.write("hvd_bridge.torch.elastic: rank %d ends for a reset (%s)\n" % (rank(), why))
+    if together:
+        shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -226,11 +231,11 @@ def run(func):
         except HostsUpdatedInterrupt:
             if not elastic:
                 raise
-            _end_for_reset("the hosts changed")
+            _end_for_reset("the hosts changed", True)
         except HorovodInternalError as e:
             if not elastic:
                 raise
-            _end_for_reset("a collective failed: %s" % e)
+            _end_for_reset("a collective failed: %s" % e, False)
 
     return wrapper
 
