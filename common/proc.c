@@ -52,6 +52,7 @@ extern char **environ;
 /* Control socket messages (SOCK_SEQPACKET, one struct per packet). */
 enum {
     MSG_ABORT = 'A', /* owner -> keeper: abort the command */
+    MSG_KILL = 'K',  /* owner -> keeper: kill the command now (no grace period) */
     MSG_PID = 'P',   /* keeper -> owner: value = the shell's pid */
     MSG_FAIL = 'F',  /* keeper -> owner: setup step `value` failed with errno `err` */
     MSG_EXIT = 'X',  /* keeper -> owner: value = exit code; sent just before the keeper exits */
@@ -468,7 +469,8 @@ static void keeper_reap(struct keeper *k, struct keeper_state *ks) {
 }
 
 /* Waits for a signal, an owner message or the next kill round. Returns 1 if the command must
- * be aborted: the owner asked, or is gone (lifeline cut, or our parent changed). */
+ * be aborted: the owner asked, or is gone (lifeline cut, or our parent changed); 2 if the
+ * owner asked to kill it now. */
 static int keeper_wait(struct keeper *k, struct keeper_state *ks) {
     struct pollfd pf[2] = {{.fd = ks->sfd, .events = POLLIN}, {.fd = k->ctl, .events = POLLIN}};
     int timeout = ks->state == K_TERMINATING ? hvd_ms_left(ks->deadline)
@@ -488,7 +490,9 @@ static int keeper_wait(struct keeper *k, struct keeper_state *ks) {
         struct ctl_msg m;
         ssize_t n = recv(k->ctl, &m, sizeof m, MSG_DONTWAIT);
         if (n == (ssize_t)sizeof m && m.tag == MSG_ABORT) {
-            abort_now = 1;
+            abort_now = abort_now > 1 ? abort_now : 1;
+        } else if (n == (ssize_t)sizeof m && m.tag == MSG_KILL) {
+            abort_now = 2;
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
             ks->ctl_open = 0; /* lifeline cut: the owner is gone */
             abort_now = 1;
@@ -522,7 +526,11 @@ __attribute__((noreturn)) static void keeper_main(struct keeper *k) {
             if (!ks.shell_done) kill(-k->shell, SIGKILL);
             signal_tree(k, SIGKILL);
         }
-        if (keeper_wait(k, &ks) && ks.state == K_RUNNING) keeper_terminate(k, &ks);
+        int w = keeper_wait(k, &ks);
+        if (w == 2)
+            ks.state = K_KILLING; /* SIGKILL in the next round, right away */
+        else if (w && ks.state == K_RUNNING)
+            keeper_terminate(k, &ks);
     }
 }
 
@@ -899,12 +907,20 @@ int hvd_proc_wait(hvd_proc *c, int timeout_ms, int *exit_code) {
     }
 }
 
-void hvd_proc_abort(hvd_proc *c) {
+static void send_owner_msg(hvd_proc *c, int32_t tag) {
     if (c->ended || c->ctl < 0) return;
-    struct ctl_msg m = {MSG_ABORT, 0, 0};
+    struct ctl_msg m = {tag, 0, 0};
     /* Fails harmlessly (EPIPE, no SIGPIPE) if the keeper has already exited. */
     while (send(c->ctl, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {
     }
+}
+
+void hvd_proc_abort(hvd_proc *c) {
+    send_owner_msg(c, MSG_ABORT);
+}
+
+void hvd_proc_kill(hvd_proc *c) {
+    send_owner_msg(c, MSG_KILL);
 }
 
 void hvd_proc_free(hvd_proc *c) {

@@ -285,7 +285,7 @@ static void on_stop_command(hvd_call *call, const msgpack_object *body, void *us
     }
     task_log(t, HVD_LOG_INFO, "%s stops the command", hvd_call_peer_host(call));
     held_add_waiter(t, call, true);
-    task_loop_abort(t);
+    task_loop_kill(t);
 }
 
 static void on_commit_state(hvd_call *call, const msgpack_object *body, void *user) {

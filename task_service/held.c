@@ -132,6 +132,15 @@ void task_loop_abort(void *arg) {
     fail_waiting(t, HVD_E_STATE, msg);
 }
 
+void task_loop_kill(hvd_task *t) {
+    if (!t->cmd || t->ended) return;
+    pthread_mutex_lock(&t->mu);
+    t->abort_sent = true;
+    pthread_mutex_unlock(&t->mu);
+    task_log(t, HVD_LOG_INFO, "killing the command: SIGKILL to all its processes");
+    hvd_proc_kill(t->cmd);
+}
+
 /* Loop: interrupts the blocking calls of hvd_task_run and aborts the command. */
 static void loop_abort_now(void *arg) {
     hvd_task *t = arg;

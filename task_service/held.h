@@ -25,6 +25,9 @@ void task_request_abort(hvd_task *t, task_abort why, const char *detail);
 /* Loop: aborts the command if one runs; without one, refuses later commands and fails held
  * ATTACH and WAIT_EXIT calls. */
 void task_loop_abort(void *arg);
+/* Loop, elastic: kills the running command at once (SIGKILL, no grace period): its ranks
+ * are restarted from their last commit anyway. */
+void task_loop_kill(hvd_task *t);
 /* Loop: fails every held call (the service stops) and signals loop_quiesced. */
 void task_loop_quiesce(void *arg);
 

@@ -122,21 +122,22 @@ def grow(n):
         names = ["elbench%d" % i for i in range(n)]
         with open(hosts, "w") as f:
             f.write("".join(h + ":1\n" for h in names[:-1]))
-        job = Job(d, ["--min-np", "1", "--max-np", str(n), "--local", "1",
+        job = Job(d, ["-np", str(n - 1), "--min-np", "1", "--max-np", str(n), "--local", "1",
                       "--host-discovery-script", "cat " + hosts])
         try:
-            job.wait(lambda: len(job.commits()) >= 3, "commits")
+            job.wait(lambda: len(job.commits()) >= 3 and job.starts()[-1][1] == n - 1,
+                     "commits of the first launch")
             with open(hosts + ".new", "w") as f:
                 f.write("".join(h + ":1\n" for h in names))
             t_add = time.time()
             os.rename(hosts + ".new", hosts)
-            job.wait(lambda: len(job.starts()) >= 2, "the next launch")
-            t_start = job.starts()[1][0]
+            job.wait(lambda: any(s[1] == n for s in job.starts()), "the launch with it")
+            t_start = [s[0] for s in job.starts() if s[1] == n][0]
             t_told = job.driver_line(r"the hosts changed", t_add) or t_add
             t_commit = max(c for c in job.commits() if c <= t_start)
             return {"total": t_start - t_add, "discovery": t_told - t_add,
                     "commit": max(0.0, t_commit - t_told), "relaunch": t_start - t_commit,
-                    "size": job.starts()[1][1]}
+                    "size": n}
         finally:
             job.end()
 
