@@ -21,6 +21,9 @@
 
 #define EL_TICK_MS       50  /* how often a launch is looked at */
 #define EL_BLAME_WAIT_MS 300 /* a failing rank may be the echo of a loss: wait this long for it */
+/* Launches in a row that may end before any rank reported (no task lost) before the job
+ * fails: mpirun or the ranks cannot start, and resetting would not change that. */
+#define EL_FAILED_LAUNCHES_MAX 3
 
 /* How a launch ended. */
 typedef enum el_end { END_DONE, END_RESET, END_STOPPED } el_end;
@@ -41,8 +44,9 @@ typedef struct el_run {
     int resets;
     uint64_t commit; /* the newest commit the tasks held at the last reset */
     size_t holders;
-    bool pending;    /* the ranks were told that the hosts changed */
-    bool discovered; /* the discovery script answered once */
+    bool pending;        /* the ranks were told that the hosts changed */
+    int failed_launches; /* launches in a row that ended with no rank reporting, no task lost */
+    bool discovered;     /* the discovery script answered once */
     hvd_proc *mpirun;
     char why[768]; /* why the last launch ended (the reset line says it) */
 } el_run;
@@ -328,6 +332,10 @@ static el_end judge(el_run *r, int status) {
                  "says why)",
                  status);
     }
+    size_t reported = 0;
+    for (size_t i = 0; i < n; i++)
+        reported += res[i].present;
+    r->failed_launches = reported == 0 && end == END_RESET ? r->failed_launches + 1 : 0;
     hvd_driver_results_free(res, n);
     return end;
 }
@@ -459,6 +467,13 @@ int hvd_launch_elastic(hvd_driver *d, const hvd_launch_config *cfg, const hvd_el
         el_end end = watch(&r, out);
         end_launch(&r, &out->status);
         if (end != END_RESET) break;
+        if (r.failed_launches >= EL_FAILED_LAUNCHES_MAX) {
+            rc = hvd_err_set(err, HVD_E_STATE,
+                             "%d launches in a row ended before any rank reported, with no task "
+                             "lost: the job cannot start; the last: %s",
+                             r.failed_launches, r.why);
+            break;
+        }
         if (ec->reset_limit >= 0 && ++r.resets > ec->reset_limit) {
             rc = hvd_err_set(err, HVD_E_STATE,
                              "the job was reset %d times, more than --reset-limit %d allows; the "

@@ -316,6 +316,22 @@ def test_registered_tasks():
             job.close()
 
 
+def test_cannot_start():
+    """A job whose launches end before any rank reports (mpirun refuses an argument) fails
+    after 3 of them with one line, instead of resetting forever."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, _ = hvdtest.run(
+            [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "--min-np", "2", "--local",
+             "2", "--mpi-arg", "--no-such-mpirun-flag", "--", "true"],
+            hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+        check(rc != 0, "the job must fail:\n%s" % se[-3000:])
+        last = [l for l in se.splitlines() if l.startswith("hvd-driver:")][-1]
+        check("3 launches in a row ended before any rank reported" in last,
+              "the last line says why: %s" % last)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_horovodrun_flags():
     """horovodrun's command line: -H localhost:N runs local task services, --output-filename
     writes one log per rank, and the command may follow the options without --."""
