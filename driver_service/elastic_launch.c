@@ -19,8 +19,9 @@
 #include "hvd/proto.h"
 #include "launch_internal.h"
 
-#define EL_TICK_MS       50  /* how often a launch is looked at */
-#define EL_BLAME_WAIT_MS 300 /* a failing rank may be the echo of a loss: wait this long for it */
+#define EL_TICK_MS       50   /* how often a launch is looked at */
+#define EL_BLAME_WAIT_MS 300  /* a failing rank may be the echo of a loss: wait this long for it */
+#define EL_QUIET_WAIT_MS 1000 /* a wait for slots shorter than this says nothing */
 /* Launches in a row that may end before any rank reported (no task lost) before the job
  * fails: mpirun or the ranks cannot start, and resetting would not change that. */
 #define EL_FAILED_LAUNCHES_MAX 3
@@ -152,7 +153,7 @@ static int wait_slots(el_run *r, int need, int timeout_ms, const char *limit, hv
                                "(%s)%s%s",
                                r->plan.usable, (long long)(hvd_now_ms() - start) / 1000, need,
                                limit, r->why[0] ? "; the last launch ended: " : "", r->why);
-        if (r->plan.usable != said) {
+        if (r->plan.usable != said && hvd_now_ms() - start >= EL_QUIET_WAIT_MS) {
             said = r->plan.usable;
             progress(r, "waiting for hosts: %zu slot(s) usable, %d needed (%s)", said, need, limit);
         }

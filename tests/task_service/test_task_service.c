@@ -1223,6 +1223,7 @@ static void elastic_commits(hvd_client *c) {
     CHECK(hvd_client_call(c, &hvd_latest_commit_desc, NULL, &hvd_commit_desc, &m, 0, 0, &err) ==
               0 &&
           m.id == 0 && m.size == 0);
+    hvd_msg_free(&hvd_commit_desc, &m);
     CHECK(commit(c, 2, "second", &err) == 0);
     CHECK(commit(c, 1, "first", &err) == 0);
     CHECK(commit(c, 0, "none", &err) != 0 && err.code == HVD_E_INVALID);
