@@ -2,7 +2,8 @@
 # users link, the public headers, a pkg-config file per library and a CMake package config.
 #   libhvd_bridge.so   the launch plane: driver service, job launch, task service
 #                      (include/hvd/driver.h, launch.h, task.h, rpc.h, net.h, proto.h)
-#   libhvd_runtime.so  the collective runtime (include/hvd/runtime.h, entry.h)
+#   libhvd_runtime.so  the collective runtime (include/hvd/runtime.h, entry.h) and the rank
+#                      side of elastic jobs (include/hvd/elastic.h)
 # They are the static parts linked whole; the programs and the extensions keep linking the
 # static parts (nothing to find at run time but system libraries).
 
@@ -24,9 +25,10 @@ hvd_shared_from(hvd_bridge_shared hvd_bridge hvd_task hvd_launch hvd_driver hvd_
 target_link_libraries(hvd_bridge_shared PUBLIC PkgConfig::MSGPACK OpenSSL::Crypto Threads::Threads)
 if(TARGET hvd_runtime)
   find_package(MPI REQUIRED COMPONENTS C)
-  hvd_shared_from(hvd_runtime_shared hvd_runtime hvd_runtime)
+  hvd_shared_from(hvd_runtime_shared hvd_runtime hvd_runtime hvd_elastic)
   target_link_libraries(hvd_runtime_shared PUBLIC hvd_common MPI::MPI_C Threads::Threads m
-                                                  ${CMAKE_DL_LIBS})
+                                                  ${CMAKE_DL_LIBS}
+                                           PRIVATE hvd_rpc)
 endif()
 
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/hvd DESTINATION ${HVD_INSTALL_INCLUDEDIR}

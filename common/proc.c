@@ -54,6 +54,7 @@ extern char **environ;
 /* Control socket messages (SOCK_SEQPACKET, one struct per packet). */
 enum {
     MSG_ABORT = 'A', /* owner -> keeper: abort the command */
+    MSG_KILL = 'K',  /* owner -> keeper: kill the command now (no grace period) */
     MSG_PID = 'P',   /* keeper -> owner: value = the shell's pid */
     MSG_FAIL = 'F',  /* keeper -> owner: setup step `value` failed with errno `err` */
     MSG_EXIT = 'X',  /* keeper -> owner: value = exit code, err = the signal that ended the
@@ -480,7 +481,8 @@ static void keeper_reap(struct keeper *k, struct keeper_state *ks) {
 
 /* Waits for a signal, an owner message or the next kill round. Returns the grace period (ms)
  * of an abort when the command must be aborted: the owner asked (with its grace, or ours),
- * or is gone (lifeline cut, or our parent changed); -1 otherwise. */
+ * or is gone (lifeline cut, or our parent changed); -1 otherwise. An owner that asks for the
+ * command's end now (MSG_KILL) moves the keeper to its killing state directly. */
 static int keeper_wait(struct keeper *k, struct keeper_state *ks) {
     struct pollfd pf[2] = {{.fd = ks->sfd, .events = POLLIN}, {.fd = k->ctl, .events = POLLIN}};
     int timeout = ks->state == K_TERMINATING ? hvd_ms_left(ks->deadline)
@@ -501,6 +503,8 @@ static int keeper_wait(struct keeper *k, struct keeper_state *ks) {
         ssize_t n = recv(k->ctl, &m, sizeof m, MSG_DONTWAIT);
         if (n == (ssize_t)sizeof m && m.tag == MSG_ABORT) {
             grace = m.value >= 0 ? m.value : k->grace_ms;
+        } else if (n == (ssize_t)sizeof m && m.tag == MSG_KILL) {
+            ks->state = K_KILLING; /* SIGKILL in the next round, right away */
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
             ks->ctl_open = 0; /* lifeline cut: the owner is gone */
             grace = k->grace_ms;
@@ -923,16 +927,24 @@ int hvd_proc_wait(hvd_proc *c, int timeout_ms, int *exit_code) {
     }
 }
 
+static void send_owner_msg(hvd_proc *c, int32_t tag, int32_t value) {
+    if (c->ended || c->ctl < 0) return;
+    struct ctl_msg m = {tag, value, 0};
+    /* Fails harmlessly (EPIPE, no SIGPIPE) if the keeper has already exited. */
+    while (send(c->ctl, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {
+    }
+}
+
 void hvd_proc_abort(hvd_proc *c) {
     hvd_proc_abort_within(c, -1);
 }
 
 void hvd_proc_abort_within(hvd_proc *c, int grace_ms) {
-    if (c->ended || c->ctl < 0) return;
-    struct ctl_msg m = {MSG_ABORT, grace_ms < 0 ? -1 : grace_ms, 0};
-    /* Fails harmlessly (EPIPE, no SIGPIPE) if the keeper has already exited. */
-    while (send(c->ctl, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {
-    }
+    send_owner_msg(c, MSG_ABORT, grace_ms < 0 ? -1 : grace_ms);
+}
+
+void hvd_proc_kill(hvd_proc *c) {
+    send_owner_msg(c, MSG_KILL, 0);
 }
 
 void hvd_proc_free(hvd_proc *c) {

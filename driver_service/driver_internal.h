@@ -41,6 +41,9 @@ typedef struct drv_task {
     uint32_t nprobe;         /* how many (0: it does not probe) */
     uint64_t *reach;         /* [nprobe] when reported: reach[k] = the candidate interfaces
                                 (bits over drv_registry.cand) it reached probe_to[k] on */
+    bool active;             /* one of the job's tasks (the next mpirun's): all of them in a
+                                static job, the set hvd_driver_set_active chose in an elastic
+                                one */
 } drv_task;
 
 /* One host hash and the tasks registered under it. */
@@ -68,8 +71,12 @@ typedef struct drv_registry {
     hvd_result_msg *results; /* [n] by rank; .present says whether one was reported */
     uint64_t *result_order;  /* [n] by rank: 1, 2, ... in the order results arrived; 0: none */
     uint32_t nresults;       /* ranks with a result */
-    uint64_t seq; /* the last order given: results, lost tasks and agent events share it, so
-                     that the first part of a job to fail can be told (failure.c) */
+    uint64_t seq;  /* the last order given: results, lost tasks and agent events share it, so
+                      that the first part of a job to fail can be told (failure.c) */
+    uint32_t *act; /* [nact] the active task indices, ascending (0..n-1 at first): the
+                      host list, SET_LOCAL_RANK, HOST_INDICES, the interface probe and
+                      the results (ranks 0..nact-1) cover them only */
+    uint32_t nact;
 } drv_registry;
 
 /* What drv_reg_put did, for log lines. */
@@ -97,12 +104,22 @@ int drv_reg_put(drv_registry *r, hvd_task_info *info, const char *peer, drv_put_
 int drv_reg_set_rank(drv_registry *r, const char *host_hash, uint32_t local_rank, uint32_t rank,
                      uint32_t *index, hvd_err *err);
 
+/* Makes idx[0..n) (registered, distinct, < r->n) the active tasks and forgets the ranks,
+ * results and reachability reports of the last set. Returns 0, or -1 with err. */
+int drv_reg_set_active(drv_registry *r, const uint32_t *idx, size_t n, hvd_err *err);
+
+/* Forgets task `index`'s registration (its index may register again). */
+void drv_reg_forget(drv_registry *r, uint32_t index);
+
+/* The active indices of host h, ascending, into out (room for h->n); returns how many. */
+size_t drv_host_active(const drv_registry *r, const drv_host *h, uint32_t *out);
+
 #define DRV_MAX_CAND 64
 
 /* Sets the candidate interfaces for a probing round: the names (non-empty) that every
- * registered task declared, in task 0's order, at most DRV_MAX_CAND (*truncated tells if
- * more were left out). Forgets every reachability report. Returns 0, or -1 on out of memory.
- * Every task must be registered. */
+ * active task declared, in the first active task's order, at most DRV_MAX_CAND (*truncated
+ * tells if more were left out). Forgets every reachability report. Returns 0, or -1 on out
+ * of memory. Every active task must be registered. */
 int drv_reg_set_cand(drv_registry *r, bool *truncated);
 
 /* True if a is an IPv4 address on one of the round's candidate interfaces: the only kind a
@@ -198,6 +215,8 @@ struct hvd_driver {
     drv_agent *agents;                /* loop thread */
     drv_event events[DRV_EVENTS_MAX]; /* under mu */
     size_t nevents;
+
+    hvd_elastic_msg elastic; /* what ELASTIC_STATE answers (under mu) */
 };
 
 /* Registers the AGENT_WATCH, AGENT_REPORT and TASK_EVENT handlers (failure.c). Returns 0, or

@@ -83,6 +83,11 @@ static void on_register(hvd_call *call, const msgpack_object *body, void *user) 
     drv_put_outcome o;
     pthread_mutex_lock(&d->mu);
     int rc = drv_reg_put(&d->reg, &info, peer, &o);
+    drv_task *t = &d->reg.tasks[index];
+    if (rc == 0 && t->lost) { /* registering again: the task is back (an elastic job's) */
+        t->lost = false;
+        atomic_fetch_sub(&d->nlost, 1);
+    }
     if (rc == 0) pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
     hvd_msg_free(&hvd_register_task_desc, &info); /* empty unless drv_reg_put failed */
@@ -159,8 +164,12 @@ static void on_host_indices(hvd_call *call, const msgpack_object *body, void *us
     const char *hh = req.host_hash ? req.host_hash : "";
     pthread_mutex_lock(&d->mu);
     drv_host *h = drv_reg_host(&d->reg, hh);
-    if (h) {
-        hvd_indices_msg m = {.indices = {h->idx, h->n}};
+    uint32_t *act = h ? malloc(h->n * sizeof *act) : NULL;
+    size_t nact = act ? drv_host_active(&d->reg, h, act) : 0;
+    if (h && !act) {
+        hvd_call_fail(call, HVD_E_INTERNAL, "the driver ran out of memory");
+    } else if (nact > 0) { /* the tasks of the job (an elastic job may hold spares) */
+        hvd_indices_msg m = {.indices = {act, nact}};
         hvd_call_reply(call, &hvd_indices_desc, &m);
     } else {
         hvd_call_fail(call, HVD_E_NOT_FOUND,
@@ -170,6 +179,7 @@ static void on_host_indices(hvd_call *call, const msgpack_object *body, void *us
                       hh, d->reg.nregistered, d->num_tasks);
     }
     pthread_mutex_unlock(&d->mu);
+    free(act);
     hvd_msg_free(&hvd_host_indices_desc, &req);
 }
 
@@ -270,19 +280,21 @@ static void on_report_result(hvd_call *call, const msgpack_object *body, void *u
     hvd_driver *d = user;
     hvd_result_msg m;
     if (unpack_or_fail(call, body, &hvd_report_result_desc, &m) != 0) return;
-    if (m.rank < 0 || (uint32_t)m.rank >= d->num_tasks) {
-        hvd_call_fail(call, HVD_E_INVALID, "result for rank %d, outside 0..%u", m.rank,
-                      d->num_tasks - 1);
-    } else if (m.index >= d->num_tasks) {
-        hvd_call_fail(call, HVD_E_INVALID, "result of rank %d names task %u, outside 0..%u", m.rank,
-                      m.index, d->num_tasks - 1);
-    } else {
-        pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->mu);
+    uint32_t nranks = d->reg.nact; /* an elastic job's size changes */
+    bool ok = m.rank >= 0 && (uint32_t)m.rank < nranks && m.index < d->num_tasks;
+    if (ok) {
         drv_reg_put_result(&d->reg, &m);
         pthread_cond_broadcast(&d->cv); /* hvd_driver_wait_results */
-        pthread_mutex_unlock(&d->mu);
-        hvd_call_reply(call, &hvd_ack_desc, NULL);
     }
+    pthread_mutex_unlock(&d->mu);
+    if (ok)
+        hvd_call_reply(call, &hvd_ack_desc, NULL);
+    else if (m.rank < 0 || (uint32_t)m.rank >= nranks)
+        hvd_call_fail(call, HVD_E_INVALID, "result for rank %d, outside 0..%u", m.rank, nranks - 1);
+    else
+        hvd_call_fail(call, HVD_E_INVALID, "result of rank %d names task %u, outside 0..%u", m.rank,
+                      m.index, d->num_tasks - 1);
     hvd_msg_free(&hvd_report_result_desc, &m);
 }
 
@@ -374,6 +386,18 @@ static void on_wait_shutdown(hvd_call *call, const msgpack_object *body, void *u
     hvd_call_on_cancel(call, on_held_cancel, h);
 }
 
+/* ---- ELASTIC_STATE ----------------------------------------------------------------------------
+ */
+
+static void on_elastic_state(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_driver *d = user;
+    pthread_mutex_lock(&d->mu);
+    hvd_elastic_msg m = d->elastic;
+    pthread_mutex_unlock(&d->mu);
+    hvd_call_reply(call, &hvd_elastic_desc, &m);
+}
+
 int drv_install_handlers(hvd_driver *d) {
     static const struct {
         uint32_t type;
@@ -389,6 +413,7 @@ int drv_install_handlers(hvd_driver *d) {
         {HVD_MSG_REPORT_REACHABLE, on_report_reachable},
         {HVD_MSG_REPORT_RESULT, on_report_result},
         {HVD_MSG_WAIT_SHUTDOWN, on_wait_shutdown},
+        {HVD_MSG_ELASTIC_STATE, on_elastic_state},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (hvd_server_handle(d->srv, table[i].type, table[i].fn, d) != 0) return -1;

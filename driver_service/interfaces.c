@@ -135,6 +135,23 @@ static int notify_all(hvd_driver *d, const hvd_task_info *tasks, const hvd_peers
     return failed ? -1 : 0;
 }
 
+/* notify_all for the tasks act[0..n-1] (all, or an elastic launch's), whose registrations
+ * and messages infos and msgs hold by task index. */
+static int notify_active(hvd_driver *d, const hvd_task_info *infos, const hvd_peers_msg *msgs,
+                         const uint32_t *act, uint32_t n, int64_t deadline, hvd_err *err) {
+    hvd_task_info *to = calloc(n ? n : 1, sizeof *to);
+    hvd_peers_msg *tm = calloc(n ? n : 1, sizeof *tm);
+    int rc = to && tm ? 0 : hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    for (uint32_t k = 0; rc == 0 && k < n; k++) { /* shallow copies */
+        to[k] = infos[act[k]];
+        tm[k] = msgs[act[k]];
+    }
+    if (rc == 0) rc = notify_all(d, to, tm, n, deadline, err);
+    free(to);
+    free(tm);
+    return rc;
+}
+
 /* ---- The probed pairs ------------------------------------------------------------------- */
 
 /* Builds the error that says why no candidate interface serves every probed pair. d->mu
@@ -227,7 +244,7 @@ static bool declares(const hvd_task_info *t, const char *ifname) {
 static int no_candidates(const drv_registry *r, hvd_err *err) {
     char msg[HVD_ERR_MAX] = "";
     append(msg, sizeof msg, "the tasks have no network interface name in common:");
-    const hvd_task_info *t0 = &r->tasks[0].info;
+    const hvd_task_info *t0 = &r->tasks[r->act[0]].info;
     const hvd_addr *a = t0->addrs.v;
     size_t shown = 0;
     for (size_t x = 0; x < t0->addrs.n && shown < LIST_NAMES_MAX; x++) {
@@ -236,14 +253,16 @@ static int no_candidates(const drv_registry *r, hvd_err *err) {
         for (size_t y = 0; y < x && !seen; y++)
             seen = strcmp(a[y].ifname, name) == 0;
         if (!name[0] || seen) continue;
-        for (uint32_t j = 1; j < r->n; j++) {
+        for (uint32_t k = 1; k < r->nact; k++) {
+            uint32_t j = r->act[k];
             if (declares(&r->tasks[j].info, name)) continue;
-            append(msg, sizeof msg, "%s task 0 has %s, task %u has not", shown ? ";" : "", name, j);
+            append(msg, sizeof msg, "%s task %u has %s, task %u has not", shown ? ";" : "",
+                   r->act[0], name, j);
             shown++;
             break;
         }
     }
-    if (shown == 0) append(msg, sizeof msg, " task 0 declared no interface names");
+    if (shown == 0) append(msg, sizeof msg, " task %u declared no interface names", r->act[0]);
     append(msg, sizeof msg,
            ": give the executors a common interface, or name the interfaces to use (--nics)");
     return hvd_err_set(err, HVD_E_NOT_FOUND, "%s", msg);
@@ -363,24 +382,33 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
                            "loop thread");
     int64_t start = hvd_now_ms();
     int64_t deadline = timeout_ms < 0 ? -1 : start + timeout_ms;
-    bool probe = d->nics == NULL && d->num_tasks > 1;
 
-    /* A snapshot of every registration: the workers send it without the lock. */
+    /* A snapshot of every active registration: the workers send it without the lock. */
     hvd_task_info *infos = calloc(d->num_tasks, sizeof *infos);
     tell_plan tp = {0};
     drv_plan_stats st = {0};
     if (!infos) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     pthread_mutex_lock(&d->mu);
     drv_registry *r = &d->reg;
+    uint32_t ntasks = r->nact; /* all tasks, or an elastic launch's */
+    bool probe = d->nics == NULL && ntasks > 1;
     int rc = 0;
-    if (r->nregistered < r->n)
+    uint32_t registered = 0;
+    for (uint32_t k = 0; k < ntasks; k++)
+        registered += r->tasks[r->act[k]].registered;
+    if (registered < ntasks)
         rc = hvd_err_set(err, HVD_E_STATE,
                          "only %u of %u tasks registered: wait for registration before asking "
                          "for the common interfaces",
-                         r->nregistered, r->n);
-    for (uint32_t i = 0; rc == 0 && i < r->n; i++)
-        if (drv_msg_clone(&hvd_task_info_desc, &r->tasks[i].info, &infos[i]) != 0)
+                         registered, ntasks);
+    /* infos[i] is task i's (active tasks only); act: which tasks to tell. */
+    uint32_t *act = malloc((ntasks ? ntasks : 1) * sizeof *act);
+    if (rc == 0 && !act) rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    for (uint32_t k = 0; rc == 0 && k < ntasks; k++) {
+        act[k] = r->act[k];
+        if (drv_msg_clone(&hvd_task_info_desc, &r->tasks[act[k]].info, &infos[act[k]]) != 0)
             rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    }
     /* The names a common interface can have; reports of an earlier round no longer count. */
     bool truncated = false;
     if (rc == 0 && probe && drv_reg_set_cand(r, &truncated) != 0)
@@ -403,17 +431,18 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
                 DRV_MAX_CAND, DRV_MAX_CAND);
     if (rc == 0 && probe)
         drv_log(d, "probing %llu pair(s) of tasks for %u task(s) on %u host(s), %u network(s)",
-                (unsigned long long)st.pairs, d->num_tasks, st.hosts, st.networks);
+                (unsigned long long)st.pairs, ntasks, st.hosts, st.networks);
     if (rc == 0) {
         hvd_err nerr;
         /* Tell the tasks even when the round cannot succeed, so none waits for nothing. */
-        rc = notify_all(d, infos, tp.msgs, d->num_tasks, deadline, &nerr);
+        rc = notify_active(d, infos, tp.msgs, act, ntasks, deadline, &nerr);
         if (rc != 0 || none) {
             if (!none && err) *err = nerr;
             rc = -1;
         }
     }
     tell_free(&tp);
+    free(act);
     for (uint32_t i = 0; i < d->num_tasks; i++)
         hvd_msg_free(&hvd_task_info_desc, &infos[i]);
     free(infos);
@@ -424,8 +453,8 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
         return *ifaces ? 0 : hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     }
     pthread_mutex_lock(&d->mu);
-    if (d->num_tasks == 1)
-        rc = own_interfaces(&r->tasks[0], ifaces, err);
+    if (ntasks == 1)
+        rc = own_interfaces(&r->tasks[r->act[0]], ifaces, err);
     else if ((rc = wait_reports(d, start, deadline, err)) == 0)
         rc = mesh(r, ifaces, err);
     pthread_mutex_unlock(&d->mu);

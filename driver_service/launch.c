@@ -16,6 +16,7 @@
 #include "common/strv.h"
 #include "hvd/launch.h"
 #include "hvd/proto.h"
+#include "launch_internal.h"
 
 #define POLL_MS 50 /* how often the wait for mpirun looks at the stop flag */
 
@@ -74,9 +75,7 @@ static void mca(hvd_strb *a, const char *opt, const char *name, const char *valu
 }
 
 /* An environment variable for the ranks: Open MPI's -x NAME=VALUE, Hydra's -genv NAME VALUE. */
-static void rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char *fmt, ...) {
+void launch_rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char *fmt, ...) {
     char value[512];
     va_list ap;
     va_start(ap, fmt);
@@ -96,7 +95,8 @@ static void rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char
  * port task 0 found free on its host; false when there is none. */
 static bool task0_addr(hvd_driver *d, char *const *ifaces, char *host, size_t cap, unsigned *port) {
     hvd_task_info t0;
-    if (hvd_driver_task(d, 0, &t0, NULL) != 0) return false;
+    int64_t first = hvd_driver_first_active(d); /* task 0, or an elastic launch's first */
+    if (first < 0 || hvd_driver_task(d, (uint32_t)first, &t0, NULL) != 0) return false;
     const hvd_addr *addrs = t0.addrs.v, *pick = NULL;
     for (size_t i = 0; i < t0.addrs.n; i++) {
         bool on_iface = !ifaces || !ifaces[0] || strcmp(addrs[i].ifname, ifaces[0]) == 0;
@@ -151,7 +151,7 @@ static void parts_openmpi4(hvd_launch_parts *p, const char *rsh, char *const *if
         mca(&ifs, "-mca", "btl_tcp_if_include", list);
         mca(&ifs, "-mca", "oob_tcp_if_include", list);
         /* A prefix list for NCCL: '=' asks for exact names (eth1 not eth10). */
-        rank_env(&ifs, HVD_MPI_OPENMPI4, "NCCL_SOCKET_IFNAME", "=%s", list);
+        launch_rank_env(&ifs, HVD_MPI_OPENMPI4, "NCCL_SOCKET_IFNAME", "=%s", list);
     }
     free(list);
     p->args = hvd_strb_finish(&args);
@@ -174,7 +174,7 @@ static void parts_openmpi5(hvd_launch_parts *p, const char *rsh, char *const *if
     char *list = iface_list(ifaces, false, failed), *oob = iface_list(ifaces, true, failed);
     if (list) mca(&ifs, "--mca", "btl_tcp_if_include", list);
     if (oob) mca(&ifs, "--prtemca", "oob_tcp_if_include", oob);
-    if (list) rank_env(&ifs, HVD_MPI_OPENMPI5, "NCCL_SOCKET_IFNAME", "=%s", list);
+    if (list) launch_rank_env(&ifs, HVD_MPI_OPENMPI5, "NCCL_SOCKET_IFNAME", "=%s", list);
     free(list);
     free(oob);
     p->args = hvd_strb_finish(&args);
@@ -204,8 +204,8 @@ static void parts_mpich(hvd_launch_parts *p, const char *rsh, char *const *iface
     hvd_strb_add(&agent, rsh);
     char *list = iface_list(ifaces, false, failed);
     if (list) {
-        rank_env(&ifs, HVD_MPI_MPICH, "UCX_NET_DEVICES", "%s", list);
-        rank_env(&ifs, HVD_MPI_MPICH, "NCCL_SOCKET_IFNAME", "=%s", list);
+        launch_rank_env(&ifs, HVD_MPI_MPICH, "UCX_NET_DEVICES", "%s", list);
+        launch_rank_env(&ifs, HVD_MPI_MPICH, "NCCL_SOCKET_IFNAME", "=%s", list);
     }
     free(list);
     hvd_strb_add(&env, "HYDRA_LAUNCHER_AUTOFORK=0");
@@ -277,9 +277,8 @@ static void add_style(hvd_strb *a, hvd_mpi_impl mpi) {
     add_all(a, (char *const *)v);
 }
 
-/* The command line of the job from its parts. NULL with err. */
-static char **argv_from_parts(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
-                              const hvd_launch_parts *parts, hvd_err *err) {
+char **launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
+                   const hvd_launch_parts *parts, hvd_err *err) {
     char *hosts = hvd_driver_host_list(d, err);
     if (!hosts) return NULL;
     const char *bin = cfg->bin_dir ? cfg->bin_dir : hvd_launch_bin_dir();
@@ -300,8 +299,8 @@ static char **argv_from_parts(hvd_driver *d, const hvd_launch_config *cfg, char 
     char master[HVD_HOST_MAX];
     unsigned port;
     if (task0_addr(d, ifaces, master, sizeof master, &port)) {
-        rank_env(&a, parts->mpi, "MASTER_ADDR", "%s", master);
-        rank_env(&a, parts->mpi, "MASTER_PORT", "%u", port);
+        launch_rank_env(&a, parts->mpi, "MASTER_ADDR", "%s", master);
+        launch_rank_env(&a, parts->mpi, "MASTER_PORT", "%u", port);
     }
     for (size_t i = 0; cfg->mpi_args && cfg->mpi_args[i]; i++)
         hvd_strb_add(&a, cfg->mpi_args[i]);
@@ -316,7 +315,7 @@ char **hvd_launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const 
                        hvd_err *err) {
     hvd_launch_parts parts;
     if (hvd_launch_parts_make(d, cfg, ifaces, &parts, err) != 0) return NULL;
-    char **argv = argv_from_parts(d, cfg, ifaces, &parts, err);
+    char **argv = launch_argv(d, cfg, ifaces, &parts, err);
     hvd_launch_parts_free(&parts);
     return argv;
 }
@@ -325,9 +324,7 @@ void hvd_launch_free_argv(char **argv) {
     hvd_strv_free(argv);
 }
 
-static void launch_log(const hvd_launch_config *cfg, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void launch_log(const hvd_launch_config *cfg, const char *fmt, ...) {
+void launch_log(const hvd_launch_config *cfg, const char *fmt, ...) {
     if (!cfg->log) return;
     char line[4096];
     va_list ap;
@@ -345,10 +342,8 @@ static bool stop_requested(const hvd_launch_config *cfg) {
     return stop_value(cfg) != 0;
 }
 
-/* mpirun's environment: this process's, with what the launcher needs (parts), cfg->extra_env
- * and then the job's variables (which win). Returns NULL with err. */
-static char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, const hvd_launch_parts *parts,
-                         hvd_err *err) {
+char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, const hvd_launch_parts *parts,
+                  hvd_err *err) {
     char **job = hvd_driver_job_env(d, err);
     if (!job) return NULL;
     size_t nparts = hvd_strv_len((const char *const *)parts->env);
@@ -452,7 +447,7 @@ int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outco
         hvd_driver_common_interfaces(d, start_ms, &ifaces, err) != 0 ||
         hvd_launch_parts_make(d, cfg, ifaces, &parts, err) != 0)
         goto out;
-    if (!(argv = argv_from_parts(d, cfg, ifaces, &parts, err))) goto out;
+    if (!(argv = launch_argv(d, cfg, ifaces, &parts, err))) goto out;
     if (cfg->log) {
         launch_log(cfg, "MPI: %s%s%s%s", hvd_mpi_impl_name(parts.mpi), parts.version[0] ? " (" : "",
                    parts.version, parts.version[0] ? ")" : "");

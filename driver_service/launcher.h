@@ -7,6 +7,7 @@
 #define HVD_LAUNCHER_H
 
 #include <stdbool.h>
+#include <getopt.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -45,6 +46,20 @@ typedef struct launch_opts {
     bool ssh_accept_new;         /* --ssh-accept-new: add unknown host keys (never changed ones) */
     const char *ssh_bin_dir;     /* --ssh-bin-dir DIR: hvd-task/hvd-exec there (NULL: ours) */
     bool ssh_fake_hosts;         /* --ssh-fake-hosts (tests): the hosts are all this machine */
+
+    /* ---- elastic jobs and horovodrun's host flags (launcher_elastic_opts.c) ---- */
+    bool elastic;                       /* --min-np, --max-np or --host-discovery-script given */
+    int min_np, max_np;                 /* --min-np (default -np), --max-np (0: no limit) */
+    const char *discovery_script;       /* --host-discovery-script */
+    int slots;                          /* --slots: of a discovered host that names none (0: 1) */
+    int reset_limit;                    /* --reset-limit (-1: none) */
+    int elastic_timeout_s;              /* --elastic-timeout */
+    int cooldown_min_s, cooldown_max_s; /* --blacklist-cooldown-range */
+    const char *hosts;                  /* -H/--hosts (becomes ssh_hosts, or --local 1) */
+    const char *hostfile;               /* --hostfile */
+    char *hosts_buf;                    /* the -H list read from --hostfile (owned) */
+    const char *output_dir;             /* --output-filename DIR */
+    char *output_arg;                   /* ... absolute, for mpirun (owned) */
 } launch_opts;
 
 /* ---- launcher_opts.c ---- */
@@ -55,7 +70,31 @@ typedef struct launch_opts {
 int launch_opts_parse(int argc, char **argv, launch_opts *o);
 void launch_opts_free(launch_opts *o);
 
+/* For launcher_elastic_opts.c: a usage error (prints it, returns 2); a validated number. */
+int launch_opts_usage_error(const char *what);
+int launch_opts_number(const char *opt, const char *text, int min, int max, int *out);
+
+/* ---- launcher_elastic_opts.c: elastic jobs and horovodrun's host flags ---- */
+
+extern const char ELASTIC_USAGE[];
+extern const struct option ELASTIC_LONG_OPTS[];
+/* Defaults of the options below (before parsing). */
+void elastic_opts_defaults(launch_opts *o);
+/* One option of ELASTIC_LONG_OPTS (its second value, if any, is taken from argv[optind]).
+ * Returns 0, or the exit status. */
+int elastic_opts_take(int c, const char *v, int argc, char **argv, launch_opts *o);
+/* After parsing: -H/--hostfile into ssh hosts or --local, --output-filename into mpirun's
+ * arguments, the elastic options checked. Returns 0, or the exit status. */
+int elastic_opts_finish(launch_opts *o);
+void elastic_opts_free(launch_opts *o);
+/* How many task indices the driver takes: -np in a static job; in an elastic one
+ * max(-np, --max-np), or HVD_ELASTIC_LOCAL_TASKS_MAX for --local with a discovery script. */
+int launch_task_slots(const launch_opts *o);
+
 /* ---- launcher_main.c: the job's private directory ---- */
+
+/* Progress lines with --verbose, warnings always (an hvd_log_fn; user: the launch_opts). */
+void launcher_log(void *user, const char *line);
 
 /* Where the launcher keeps its files: a private 0700 directory with the secret file and, in
  * local mode, a work and temp dir per task and fake host. Removed at the end, however the
@@ -94,6 +133,7 @@ void watch_end(void);
 typedef struct local_tasks {
     struct hvd_proc **procs;
     int n;
+    int cap; /* room in procs */
 } local_tasks;
 
 /* Starts np hvd-task processes grouped into `hosts` fake hosts (distinct host hashes,
@@ -129,6 +169,18 @@ void ssh_tasks_interrupt(ssh_tasks *st);
  * rest (SIGTERM to the remote tasks' process group), closes every session, then kills what
  * is left of the job on each host and removes its files there. NULL is ignored. */
 void ssh_tasks_stop(ssh_tasks *st, int grace_ms);
+
+/* Elastic, --local with a discovery script: starts n more hvd-task processes, indices first..
+ * first+n-1, on the fake host whose host hash is host_hash. Returns 0, or -1 with err. */
+int local_host_start(local_tasks *lt, const launch_opts *o, const launch_dir *dir,
+                     char *const *job_env, const char *host_hash, int first, int n, hvd_err *err);
+
+/* ---- launcher_elastic.c: an elastic run ---- */
+
+/* Runs the elastic job on the started driver; with --local and a discovery script, starts the
+ * task services of the hosts the script names into lt. Returns the process exit status. */
+int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, const launch_dir *dir,
+                char *const *job_env);
 
 /* ---- launcher_report.c ---- */
 

@@ -56,6 +56,7 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
         hvd_strb_add(&a, "--bind");
         hvd_strb_add(&a, o->bind);
     }
+    if (o->elastic) hvd_strb_add(&a, "--elastic");
     char **argv = hvd_strb_finish(&a);
     /* Open MPI 5's daemons tell hosts apart by gethostname(): fake hosts of one machine each
      * get a hostname of their own (docs/launcher.md, "Open MPI 5"), the host hash when it fits. */
@@ -102,37 +103,62 @@ out:
     return p;
 }
 
-int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *dir,
-                      char *const *job_env, hvd_err *err) {
-    int n = o->np, hosts = o->local_hosts;
-    lt->procs = calloc((size_t)n, sizeof *lt->procs);
-    lt->n = 0;
-    if (!lt->procs) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    char task_bin[PATH_MAX];
-    snprintf(task_bin, sizeof task_bin, "%s/hvd-task", hvd_launch_bin_dir());
-    if (access(task_bin, X_OK) != 0)
+/* hvd-task next to hvd-driver into out. Returns 0, or -1 with err. */
+static int task_bin(char *out, size_t cap, hvd_err *err) {
+    snprintf(out, cap, "%s/hvd-task", hvd_launch_bin_dir());
+    if (access(out, X_OK) != 0)
         return hvd_err_set(err, HVD_E_NOT_FOUND,
                            "%s is missing: hvd-task must sit next to hvd-driver (or set "
                            "HVD_BIN_DIR)",
-                           task_bin);
+                           out);
+    return 0;
+}
+
+/* Makes dir (mode 0700) unless it exists. Returns 0, or -1 with err. */
+static int make_dir(const char *dir, hvd_err *err) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return hvd_err_set(err, HVD_E_IO, "mkdir %s: %s", dir, strerror(errno));
+    return 0;
+}
+
+int local_host_start(local_tasks *lt, const launch_opts *o, const launch_dir *dir,
+                     char *const *job_env, const char *host_hash, int first, int n, hvd_err *err) {
+    char bin[PATH_MAX], tmp[400];
+    if (task_bin(bin, sizeof bin, err) != 0) return -1;
+    snprintf(tmp, sizeof tmp, "%s/host%d", dir->path, first); /* short: socket paths */
+    if (make_dir(tmp, err) != 0) return -1;
+    if (lt->n + n > lt->cap) {
+        int cap = lt->cap ? lt->cap : 8;
+        while (cap < lt->n + n)
+            cap *= 2;
+        hvd_proc **p = realloc(lt->procs, (size_t)cap * sizeof *p);
+        if (!p) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        lt->procs = p;
+        lt->cap = cap;
+    }
+    for (int task = first; task < first + n; task++) {
+        char work[420];
+        snprintf(work, sizeof work, "%s/task%d", dir->path, task);
+        if (make_dir(work, err) != 0) return -1;
+        hvd_proc *p = start_task(o, bin, task, host_hash, tmp, work, job_env, err);
+        if (!p) return -1;
+        lt->procs[lt->n++] = p;
+    }
+    return 0;
+}
+
+int local_tasks_start(local_tasks *lt, const launch_opts *o, const launch_dir *dir,
+                      char *const *job_env, hvd_err *err) {
+    int n = launch_task_slots(o), hosts = o->local_hosts;
     /* Tasks per fake host: the first hosts get one more when N does not divide evenly. */
     int per = n / hosts, extra = n % hosts;
     int task = 0;
     for (int h = 0; h < hosts; h++) {
-        char hash[128], tmp[400];
+        char hash[128];
         fake_host_hash(hash, sizeof hash, h);
-        snprintf(tmp, sizeof tmp, "%s/host%d", dir->path, h);
-        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-            return hvd_err_set(err, HVD_E_IO, "mkdir %s: %s", tmp, strerror(errno));
-        for (int k = 0; k < per + (h < extra); k++, task++) {
-            char work[420];
-            snprintf(work, sizeof work, "%s/task%d", dir->path, task);
-            if (mkdir(work, 0700) != 0 && errno != EEXIST)
-                return hvd_err_set(err, HVD_E_IO, "mkdir %s: %s", work, strerror(errno));
-            hvd_proc *p = start_task(o, task_bin, task, hash, tmp, work, job_env, err);
-            if (!p) return -1;
-            lt->procs[lt->n++] = p;
-        }
+        int k = per + (h < extra);
+        if (local_host_start(lt, o, dir, job_env, hash, task, k, err) != 0) return -1;
+        task += k;
     }
     return 0;
 }
@@ -147,5 +173,5 @@ void local_tasks_stop(local_tasks *lt, int grace_ms) {
         hvd_proc_free(lt->procs[i]);
     free(lt->procs);
     lt->procs = NULL;
-    lt->n = 0;
+    lt->n = lt->cap = 0;
 }

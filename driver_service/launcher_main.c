@@ -72,6 +72,10 @@ static void log_line(void *user, const char *line) {
     if (o->verbose || strncmp(line, "warning:", 8) == 0) fprintf(stderr, "hvd-driver: %s\n", line);
 }
 
+void launcher_log(void *user, const char *line) {
+    log_line(user, line);
+}
+
 /* ---- the private directory ---------------------------------------------------------------- */
 
 /* Starts a small process that removes the private directory (with the secret file) when
@@ -296,8 +300,9 @@ static int start_driver(job *j) {
     }
     j->nics = j->o.nics ? hvd_strv_split(j->o.nics, ',') : NULL;
     /* Room for a connection per task and per rank (the library warns if there is none). */
-    hvd_nofile_ensure((long)j->o.np * HVD_DRIVER_FDS_PER_TASK + HVD_DRIVER_FDS_BASE);
-    hvd_driver_config cfg = {.num_tasks = (uint32_t)j->o.np,
+    hvd_nofile_ensure((long)launch_task_slots(&j->o) * HVD_DRIVER_FDS_PER_TASK +
+                      HVD_DRIVER_FDS_BASE);
+    hvd_driver_config cfg = {.num_tasks = (uint32_t)launch_task_slots(&j->o),
                              .secret = secret,
                              .code = &j->code,
                              .nics = (const char *const *)j->nics,
@@ -357,8 +362,10 @@ static int local_mpi(launch_opts *o) {
 /* Starts the task services (local, over ssh), or says how to start them. */
 static int start_tasks(job *j) {
     hvd_err err;
-    if (j->o.local_hosts > 0) {
-        if (local_mpi(&j->o) != 0) return -1;
+    if (j->o.local_hosts > 0 && local_mpi(&j->o) != 0) return -1;
+    if (j->o.local_hosts > 0 && j->o.discovery_script) {
+        /* elastic_run starts the hosts the discovery script names */
+    } else if (j->o.local_hosts > 0) {
         if (local_tasks_start(&j->lt, &j->o, &j->dir, j->job_env, &err) != 0) {
             fprintf(stderr, "hvd-driver: cannot start the local task services: %s\n", err.msg);
             return -1;
@@ -370,12 +377,14 @@ static int start_tasks(job *j) {
         }
         watch_set_ssh(j->ssh);
     } else {
+        int n = launch_task_slots(&j->o);
         fprintf(stderr,
                 "hvd-driver: waiting for %d task services. Start each executor's with\n"
-                "  HVD_SECRET_FILE=%s hvd-task --driver '%s' --index I\n"
+                "  HVD_SECRET_FILE=%s hvd-task --driver '%s' --index I%s\n"
                 "(I = 0..%d; copy the secret file there with mode 0600, never on a command "
                 "line)\n",
-                j->o.np, j->dir.secret_file, j->addrs, j->o.np - 1);
+                j->o.elastic ? j->o.np : n, j->dir.secret_file, j->addrs,
+                j->o.elastic ? " --elastic" : "", n - 1);
     }
     return 0;
 }
@@ -416,8 +425,13 @@ int main(int argc, char **argv) {
     snprintf(nt, sizeof nt, "%d", j.o.net_timeout_s);
     setenv(HVD_NET_TIMEOUT_ENV, nt, 1);
     rc = 1;
-    if (dir_create(&j.dir) == 0 && start_driver(&j) == 0 && start_tasks(&j) == 0)
-        rc = j.o.serve ? serve(j.d, &j.o, &j.dir, j.addrs, j.ssh) : run(j.d, &j.o, j.ssh);
+    if (j.o.elastic) watch_ignore_lost(); /* the elastic loop resets instead */
+    if (dir_create(&j.dir) == 0 && start_driver(&j) == 0 && start_tasks(&j) == 0) {
+        if (j.o.elastic)
+            rc = elastic_run(j.d, &j.o, &j.lt, &j.dir, j.job_env);
+        else
+            rc = j.o.serve ? serve(j.d, &j.o, &j.dir, j.addrs, j.ssh) : run(j.d, &j.o, j.ssh);
+    }
     char why[512];
     watch_stop_reason(why, sizeof why);
     int sig = hvd_signals_first();

@@ -159,6 +159,23 @@ static const struct option LONG_OPTS[] = {
     {NULL, 0, NULL, 0},
 };
 
+static void print_usage(void) {
+    fputs(USAGE, stdout);
+    fputs(ELASTIC_USAGE, stdout);
+}
+
+/* LONG_OPTS followed by launcher_elastic_opts.c's options. */
+static const struct option *all_options(void) {
+    static struct option all[sizeof LONG_OPTS / sizeof LONG_OPTS[0] + 32];
+    size_t n = 0;
+    for (size_t i = 0; LONG_OPTS[i].name; i++)
+        all[n++] = LONG_OPTS[i];
+    for (size_t i = 0; ELASTIC_LONG_OPTS[i].name && n + 1 < sizeof all / sizeof all[0]; i++)
+        all[n++] = ELASTIC_LONG_OPTS[i];
+    all[n] = (struct option){NULL, 0, NULL, 0};
+    return all;
+}
+
 static int usage_error(const char *what) {
     fprintf(stderr, "hvd-driver: %s (see hvd-driver --help)\n", what);
     return 2;
@@ -171,7 +188,7 @@ static int number(const char *opt, const char *text, int min, int max, int *out)
 }
 
 /* One option. Returns 0, or the exit status. */
-static int take(int c, const char *v, launch_opts *o) {
+static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
     switch (c) {
     case OPT_NP:
         return number("-np", v, 1, 1 << 20, &o->np);
@@ -243,8 +260,8 @@ static int take(int c, const char *v, launch_opts *o) {
     case OPT_PAYLOAD:
         o->payload = v;
         return 0;
-    default: /* an option in LONG_OPTS without a case here */
-        return usage_error("an option is not handled (a bug in hvd-driver)");
+    default: /* elastic jobs and horovodrun's host flags: launcher_elastic_opts.c */
+        return elastic_opts_take(c, v, argc, argv, o);
     }
 }
 
@@ -274,6 +291,7 @@ static int check(launch_opts *o) {
 static int defaults(launch_opts *o) {
     o->start_timeout_s = HVD_START_TIMEOUT_DEFAULT_S;
     o->net_timeout_s = HVD_NET_TIMEOUT_DEFAULT_S;
+    elastic_opts_defaults(o);
     const char *nt = getenv(HVD_NET_TIMEOUT_ENV);
     if (nt && *nt)
         return number(HVD_NET_TIMEOUT_ENV, nt, 1, HVD_NET_TIMEOUT_MAX_S, &o->net_timeout_s);
@@ -284,7 +302,7 @@ int launch_opts_parse(int argc, char **argv, launch_opts *o) {
     memset(o, 0, sizeof *o);
     if (argc < 2) return usage_error("missing the subcommand: run or serve");
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "-help")) {
-        fputs(USAGE, stdout);
+        print_usage();
         return -1;
     }
     if (!strcmp(argv[1], "serve"))
@@ -298,9 +316,10 @@ int launch_opts_parse(int argc, char **argv, launch_opts *o) {
     optind = 2;
     opterr = 0;
     int c;
-    while (rc == 0 && (c = getopt_long_only(argc, argv, "+:", LONG_OPTS, NULL)) != -1) {
+    const struct option *opts = all_options();
+    while (rc == 0 && (c = getopt_long_only(argc, argv, "+:", opts, NULL)) != -1) {
         if (c == OPT_HELP) {
-            fputs(USAGE, stdout);
+            print_usage();
             return -1;
         }
         if (c == ':') {
@@ -313,20 +332,30 @@ int launch_opts_parse(int argc, char **argv, launch_opts *o) {
                     argv[optind - 1]);
             return 2;
         }
-        rc = take(c, optarg, o);
+        rc = take(c, optarg, argc, argv, o);
     }
     if (rc != 0) return rc;
-    if (optind < argc) {
-        if (strcmp(argv[optind - 1], "--") != 0)
-            return usage_error("unexpected argument before the command: put -- before it");
+    if (optind < argc) { /* after --, or right after the options as with horovodrun */
         o->command = &argv[optind];
     } else if (optind > 2 && !strcmp(argv[optind - 1], "--")) {
         return usage_error("-- must be followed by a command");
     }
+    if ((rc = elastic_opts_finish(o)) != 0) return rc;
     return check(o);
 }
 
 void launch_opts_free(launch_opts *o) {
     free(o->mpi_args);
     o->mpi_args = NULL;
+    elastic_opts_free(o);
+}
+
+/* ---- shared with launcher_elastic_opts.c ---- */
+
+int launch_opts_usage_error(const char *what) {
+    return usage_error(what);
+}
+
+int launch_opts_number(const char *opt, const char *text, int min, int max, int *out) {
+    return number(opt, text, min, max, out);
 }

@@ -13,14 +13,18 @@ int drv_reg_init(drv_registry *r, uint32_t n) {
     r->rank_index = malloc(n * sizeof *r->rank_index);
     r->results = calloc(n, sizeof *r->results);
     r->result_order = calloc(n, sizeof *r->result_order);
-    if (!r->tasks || !r->rank_index || !r->results || !r->result_order) {
+    r->act = malloc(n * sizeof *r->act);
+    if (!r->tasks || !r->rank_index || !r->results || !r->result_order || !r->act) {
         drv_reg_free(r);
         return -1;
     }
     for (uint32_t i = 0; i < n; i++) {
         r->tasks[i].rank = -1;
+        r->tasks[i].active = true;
         r->rank_index[i] = -1;
+        r->act[i] = i;
     }
+    r->nact = n;
     return 0;
 }
 
@@ -42,6 +46,7 @@ void drv_reg_free(drv_registry *r) {
     free(r->rank_index);
     free(r->results);
     free(r->result_order);
+    free(r->act);
     memset(r, 0, sizeof *r);
 }
 
@@ -190,25 +195,47 @@ int drv_reg_put(drv_registry *r, hvd_task_info *info, const char *peer, drv_put_
     return 0;
 }
 
+size_t drv_host_active(const drv_registry *r, const drv_host *h, uint32_t *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < h->n; i++)
+        if (r->tasks[h->idx[i]].active) out[k++] = h->idx[i];
+    return k;
+}
+
+/* The local_rank-th active index of host h, or -1 (*nact: how many it has). */
+static int64_t host_local_index(const drv_registry *r, const drv_host *h, uint32_t local_rank,
+                                size_t *nact) {
+    int64_t found = -1;
+    *nact = 0;
+    for (size_t i = 0; i < h->n; i++) {
+        if (!r->tasks[h->idx[i]].active) continue;
+        if (*nact == local_rank) found = h->idx[i];
+        (*nact)++;
+    }
+    return found;
+}
+
 int drv_reg_set_rank(drv_registry *r, const char *host_hash, uint32_t local_rank, uint32_t rank,
                      uint32_t *index, hvd_err *err) {
-    if (rank >= r->n)
+    if (rank >= r->nact)
         return hvd_err_set(err, HVD_E_INVALID,
                            "rank %u is outside 0..%u: does mpirun start as many ranks as there "
                            "are tasks (-np)?",
-                           rank, r->n - 1);
+                           rank, r->nact - 1);
     drv_host *h = drv_reg_host(r, host_hash);
-    if (!h)
+    size_t nact = 0;
+    int64_t found = h ? host_local_index(r, h, local_rank, &nact) : -1;
+    if (!h || nact == 0)
         return hvd_err_set(err, HVD_E_NOT_FOUND,
                            "no task registered with host hash %s: does the rank's "
                            "HOROVOD_HOSTNAME name the host hash its task registered with?",
                            host_hash);
-    if (local_rank >= h->n)
+    if (found < 0)
         return hvd_err_set(err, HVD_E_INVALID,
                            "local rank %u is outside 0..%zu: only %zu task(s) registered with "
                            "host hash %s, so mpirun should start no more ranks there",
-                           local_rank, h->n - 1, h->n, host_hash);
-    uint32_t idx = h->idx[local_rank];
+                           local_rank, nact - 1, nact, host_hash);
+    uint32_t idx = (uint32_t)found;
     drv_task *t = &r->tasks[idx];
     /* Idempotent: unmap whatever rank pointed at this task, and wherever this rank pointed. */
     if (t->rank >= 0) r->rank_index[t->rank] = -1;
@@ -237,7 +264,7 @@ int drv_reg_set_cand(drv_registry *r, bool *truncated) {
     free(r->cand);
     r->cand = NULL;
     r->ncand = 0;
-    const hvd_task_info *t0 = &r->tasks[0].info;
+    const hvd_task_info *t0 = &r->tasks[r->act[0]].info;
     r->cand = calloc(DRV_MAX_CAND, sizeof *r->cand);
     if (!r->cand) return -1;
     const hvd_addr *a = t0->addrs.v;
@@ -245,8 +272,8 @@ int drv_reg_set_cand(drv_registry *r, bool *truncated) {
         const char *name = a[x].ifname;
         if (!name[0] || !is_ipv4(&a[x]) || cand_find(r, name) >= 0) continue;
         bool everywhere = true;
-        for (uint32_t j = 1; j < r->n && everywhere; j++)
-            everywhere = declares(&r->tasks[j].info, name);
+        for (uint32_t k = 1; k < r->nact && everywhere; k++)
+            everywhere = declares(&r->tasks[r->act[k]].info, name);
         if (!everywhere) continue;
         if (r->ncand == DRV_MAX_CAND) {
             *truncated = true;
@@ -326,14 +353,19 @@ static int plan_alloc(drv_registry *r, uint32_t rep, uint32_t count) {
 int drv_reg_plan(drv_registry *r, drv_plan_stats *st) {
     memset(st, 0, sizeof *st);
     drop_plan(r);
-    size_t nh = r->nhosts;
-    plan_host *ph = calloc(nh ? nh : 1, sizeof *ph);
-    uint32_t *lead = calloc(nh ? nh : 1, sizeof *lead);   /* first host of each network */
-    uint32_t *gsize = calloc(nh ? nh : 1, sizeof *gsize); /* hosts in it */
+    size_t nh = 0, cap = r->nhosts;
+    plan_host *ph = calloc(cap ? cap : 1, sizeof *ph);
+    uint32_t *lead = calloc(cap ? cap : 1, sizeof *lead);   /* first host of each network */
+    uint32_t *gsize = calloc(cap ? cap : 1, sizeof *gsize); /* hosts in it */
     int rc = ph && lead && gsize ? 0 : -1;
-    for (size_t h = 0; rc == 0 && h < nh; h++) {
-        ph[h].rep = r->hosts[h].idx[0];
-        if (!(ph[h].key = host_key(r, &r->tasks[ph[h].rep].info))) rc = -1;
+    /* The hosts with active tasks, each stood for by its lowest active task. */
+    for (size_t h = 0; rc == 0 && h < cap; h++) {
+        int64_t rep = -1;
+        for (size_t i = 0; i < r->hosts[h].n && rep < 0; i++)
+            if (r->tasks[r->hosts[h].idx[i]].active) rep = r->hosts[h].idx[i];
+        if (rep < 0) continue;
+        ph[nh].rep = (uint32_t)rep;
+        if (!(ph[nh++].key = host_key(r, &r->tasks[rep].info))) rc = -1;
     }
     size_t ng = 0;
     if (rc == 0) {
@@ -406,4 +438,39 @@ void drv_reg_put_result(drv_registry *r, hvd_result_msg *m) {
     *slot = *m;
     slot->present = true;
     memset(m, 0, sizeof *m);
+}
+
+int drv_reg_set_active(drv_registry *r, const uint32_t *idx, size_t n, hvd_err *err) {
+    if (n == 0 || n > r->n) return hvd_err_set(err, HVD_E_INVALID, "no task, or too many, given");
+    for (size_t k = 0; k < n; k++) {
+        if (idx[k] >= r->n || !r->tasks[idx[k]].registered)
+            return hvd_err_set(err, HVD_E_INVALID, "task %u is not registered", idx[k]);
+        for (size_t j = 0; j < k; j++)
+            if (idx[j] == idx[k]) return hvd_err_set(err, HVD_E_INVALID, "task %u twice", idx[k]);
+    }
+    for (uint32_t i = 0; i < r->n; i++) {
+        drv_task *t = &r->tasks[i];
+        t->active = false;
+        t->rank = -1;
+        drop_reach(r, t);
+        r->rank_index[i] = -1;
+        hvd_msg_free(&hvd_result_desc, &r->results[i]);
+        r->result_order[i] = 0;
+    }
+    for (size_t k = 0; k < n; k++)
+        r->tasks[idx[k]].active = true;
+    r->nact = 0;
+    for (uint32_t i = 0; i < r->n; i++) /* ascending */
+        if (r->tasks[i].active) r->act[r->nact++] = i;
+    return 0;
+}
+
+void drv_reg_forget(drv_registry *r, uint32_t index) {
+    drv_task *t = &r->tasks[index];
+    if (!t->registered) return;
+    host_remove(r, t->info.host_hash, index);
+    hvd_msg_free(&hvd_task_info_desc, &t->info);
+    drop_reach(r, t);
+    t->registered = false;
+    r->nregistered--;
 }

@@ -19,7 +19,8 @@ int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err 
     bool oom = false;
     pthread_mutex_lock(&d->mu);
     const drv_registry *r = &d->reg;
-    for (uint32_t rank = 0; rank < r->n; rank++) {
+    uint32_t nranks = r->nact; /* the job's size: all tasks, or an elastic launch's */
+    for (uint32_t rank = 0; rank < nranks; rank++) {
         hvd_rank_result *o = &v[rank];
         const hvd_result_msg *m = &r->results[rank];
         o->rank = (int)rank;
@@ -51,7 +52,7 @@ int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err 
         return hvd_err_set(err, HVD_E_INTERNAL, "out of memory copying the results");
     }
     *out = v;
-    *n = d->num_tasks;
+    *n = nranks;
     return 0;
 }
 

@@ -59,6 +59,10 @@ static const char USAGE[] =
     "  mpirun). A program that takes a payload (ARGV_IO: the Python package's functions)\n"
     "  reads it from descriptor HVD_PAYLOAD_FD (3) and may write its result bytes to\n"
     "  HVD_RESULT_FD (4).\n"
+    "Every entry point also gets HVD_TASK_INDEX and HVD_TASK_ADDRS (the rank's task service,\n"
+    "where an elastic rank commits its state: include/hvd/elastic.h).\n"
+    "In an elastic job (HVD_ELASTIC_EPOCH set) a rank that ends with status 75 (a reset) tells\n"
+    "the driver so and exits 0, and SIGTERM ends a shared-object entry point at once.\n"
     "\n"
     "Exit status: the entry point's status (0-255); 1 if hvd-exec itself failed, with a\n"
     "one-line reason on stderr.\n";
@@ -592,6 +596,18 @@ static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     return rc == 0 ? 0 : fail("%s", err.msg);
 }
 
+/* Tells the entry point which task service it stands for (HVD_TASK_INDEX; orted's is its
+ * host's first task's) and where it is (HVD_TASK_ADDRS): an elastic rank commits its state
+ * there. */
+static void export_task_addrs(const rank_info *ri) {
+    char index[16];
+    snprintf(index, sizeof index, "%u", ri->index);
+    setenv(HVD_TASK_INDEX_ENV, index, 1);
+    char *text = hvd_addrs_format(ri->task.addrs.v, ri->task.addrs.n);
+    if (text) setenv(HVD_TASK_ADDRS_ENV, text, 1);
+    free(text);
+}
+
 /* Runs the entry point. Returns its status, with result bytes and error text in res, and
  * whether a signal to this rank stopped it. */
 static int run_entry(const rank_info *ri, const hvd_code_msg *code, int sig_fd, bool *stopped,
@@ -641,17 +657,23 @@ int main(int argc, char **argv) {
     if (wd && *wd && chdir(wd) != 0)
         fprintf(stderr, "hvd-exec: rank %d: cannot change into %s: %s\n", ri.rank, wd,
                 strerror(errno));
-    /* orted aborts ranks with SIGTERM: passed on to a program entry point. */
-    int sig_fd = hvd_signals_install(NULL);
+    export_task_addrs(&ri);
+    bool elastic = getenv(HVD_ELASTIC_EPOCH_ENV) != NULL;
+    /* orted aborts ranks with SIGTERM: passed on to a program entry point. An elastic rank's
+     * shared object is restartable from its last commit: SIGTERM ends it at once. */
+    int sig_fd = elastic && code.kind == HVD_CODE_SHARED_OBJECT ? -1 : hvd_signals_install(NULL);
     hvd_entry_result res = {.data = NULL};
     bool stopped;
     int status = run_entry(&ri, &code, sig_fd, &stopped, &res);
-    if (status != 0) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
+    bool reset = elastic && status == HVD_ELASTIC_EXIT_RESET;
+    if (status != 0 && !reset) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
     report(&ri, status, stopped, res.data, res.len, res.error);
     hvd_client_close(ri.driver);
     hvd_secret_wipe(&ri.secret);
     free(res.data);
     hvd_msg_free(&hvd_code_desc, &code);
     hvd_msg_free(&hvd_task_info_desc, &ri.task);
+    /* A rank ending for a reset told the driver so; mpirun need not abort the others. */
+    if (reset) return 0;
     return status > 255 ? 255 : status;
 }

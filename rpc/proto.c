@@ -161,6 +161,30 @@ static const hvd_field agent_report_fields[] = {
 const hvd_msg_desc hvd_agent_report_desc =
     HVD_MSG(HVD_MSG_AGENT_REPORT, "agent_report", hvd_agent_report_msg, agent_report_fields);
 
+static const hvd_field elastic_fields[] = {
+    HVD_FIELD(hvd_elastic_msg, epoch, HVD_F_U64),
+    HVD_FIELD(hvd_elastic_msg, hosts_updated, HVD_F_BOOL),
+};
+const hvd_msg_desc hvd_elastic_state_desc = HVD_MSG_EMPTY(HVD_MSG_ELASTIC_STATE, "elastic_state");
+const hvd_msg_desc hvd_elastic_desc =
+    HVD_MSG(HVD_MSG_ELASTIC, "elastic", hvd_elastic_msg, elastic_fields);
+
+static const hvd_field commit_fields[] = {
+    HVD_FIELD(hvd_commit_msg, id, HVD_F_U64),
+    HVD_FIELD(hvd_commit_msg, size, HVD_F_U64),
+    HVD_FIELD(hvd_commit_msg, state, HVD_F_BIN),
+};
+const hvd_msg_desc hvd_commit_state_desc =
+    HVD_MSG(HVD_MSG_COMMIT_STATE, "commit_state", hvd_commit_msg, commit_fields);
+const hvd_msg_desc hvd_latest_commit_desc = HVD_MSG_EMPTY(HVD_MSG_LATEST_COMMIT, "latest_commit");
+const hvd_msg_desc hvd_commit_desc =
+    HVD_MSG(HVD_MSG_COMMIT, "commit", hvd_commit_msg, commit_fields);
+
+static const hvd_field commit_ref_fields[] = {HVD_FIELD(hvd_commit_ref_msg, id, HVD_F_U64)};
+const hvd_msg_desc hvd_fetch_commit_desc =
+    HVD_MSG(HVD_MSG_FETCH_COMMIT, "fetch_commit", hvd_commit_ref_msg, commit_ref_fields);
+const hvd_msg_desc hvd_stop_command_desc = HVD_MSG_EMPTY(HVD_MSG_STOP_COMMAND, "stop_command");
+
 const hvd_msg_desc *const hvd_proto_all[] = {
     &hvd_register_task_desc,
     &hvd_task_info_desc,
@@ -192,6 +216,13 @@ const hvd_msg_desc *const hvd_proto_all[] = {
     &hvd_agent_watch_desc,
     &hvd_agent_report_desc,
     &hvd_task_event_desc,
+    &hvd_elastic_state_desc,
+    &hvd_elastic_desc,
+    &hvd_commit_state_desc,
+    &hvd_latest_commit_desc,
+    &hvd_commit_desc,
+    &hvd_fetch_commit_desc,
+    &hvd_stop_command_desc,
 };
 const size_t hvd_proto_count = sizeof hvd_proto_all / sizeof hvd_proto_all[0];
 

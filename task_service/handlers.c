@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/proc.h"
+#include "hvd/defaults.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 #include "held.h"
@@ -117,7 +118,12 @@ static bool refuse_run(hvd_task *t, hvd_call *call, const hvd_run_msg *req) {
     pthread_mutex_unlock(&t->mu);
     if (!req->command || !*req->command)
         hvd_call_fail(call, HVD_E_INVALID, "no command given to %s", t->name);
-    else if (t->cmd)
+    else if (t->cmd && t->cfg.elastic && !t->ended)
+        hvd_call_fail(call, HVD_E_STATE,
+                      "%s still runs the command of the last launch: stop it first "
+                      "(STOP_COMMAND)",
+                      t->name);
+    else if (t->cmd && !t->cfg.elastic)
         hvd_call_fail(call, HVD_E_STATE, "%s already ran a command", t->name);
     else if (t->refused)
         hvd_call_fail(call, HVD_E_STATE,
@@ -197,7 +203,10 @@ static void on_run(hvd_call *call, const msgpack_object *body, void *user) {
         hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
         return;
     }
-    if (!refuse_run(t, call, &req)) run_command(t, call, &req);
+    if (!refuse_run(t, call, &req)) {
+        if (t->cmd) pump_recycle(t); /* elastic: the last command ended */
+        run_command(t, call, &req);
+    }
     hvd_msg_free(&hvd_run_desc, &req);
 }
 
@@ -239,7 +248,7 @@ static void on_wait_exit(hvd_call *call, const msgpack_object *body, void *user)
         hvd_call_fail(call, HVD_E_SHUTDOWN, "%s is stopping", t->name);
         return;
     }
-    held_add_waiter(t, call);
+    held_add_waiter(t, call, false);
 }
 
 static void on_abort(hvd_call *call, const msgpack_object *body, void *user) {
@@ -249,7 +258,7 @@ static void on_abort(hvd_call *call, const msgpack_object *body, void *user) {
     hvd_call_reply(call, &hvd_ack_desc, NULL);
     if (t->cmd)
         task_loop_abort(t);
-    else
+    else if (!t->cfg.elastic) /* elastic: nothing runs yet, and a command may still come */
         task_request_abort(t, ABORT_REQUEST, "an abort request came before any command");
 }
 
@@ -260,6 +269,81 @@ static void on_status(hvd_call *call, const msgpack_object *body, void *user) {
     hvd_status_msg st = {.started = t->started, .ended = t->ended, .exit_code = t->exit_code};
     pthread_mutex_unlock(&t->mu);
     hvd_call_reply(call, &hvd_status_desc, &st);
+}
+
+/* ---- Elastic: stopping the command, keeping commits ------------------------------------------ */
+
+/* Fails call and returns true unless this is an elastic task service. */
+static bool not_elastic(hvd_task *t, hvd_call *call) {
+    if (t->cfg.elastic) return false;
+    hvd_call_fail(call, HVD_E_STATE, "%s is not part of an elastic job (hvd-task --elastic)",
+                  t->name);
+    return true;
+}
+
+static void on_stop_command(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_task *t = user;
+    if (not_elastic(t, call)) return;
+    if (!t->cmd || t->ended) {
+        hvd_status_msg st = {
+            .started = t->cmd != NULL, .ended = t->ended, .exit_code = t->exit_code};
+        hvd_call_reply(call, &hvd_status_desc, &st);
+        return;
+    }
+    task_log(t, HVD_LOG_INFO, "%s stops the command", hvd_call_peer_host(call));
+    held_add_waiter(t, call, true);
+    task_loop_kill(t);
+}
+
+static void on_commit_state(hvd_call *call, const msgpack_object *body, void *user) {
+    hvd_task *t = user;
+    hvd_commit_msg m;
+    hvd_err err;
+    if (not_elastic(t, call)) return;
+    if (hvd_msg_unpack(body, &hvd_commit_state_desc, &m, &err) != 0) {
+        hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
+        return;
+    }
+    if (m.id == 0 || m.state.len > HVD_ELASTIC_STATE_MAX) {
+        hvd_call_fail(call, HVD_E_INVALID, "a commit needs an id above 0 and at most %u bytes",
+                      HVD_ELASTIC_STATE_MAX);
+    } else {
+        if (m.id >= t->commit.id) { /* a late older commit never replaces a newer one */
+            m.size = m.state.len;
+            hvd_msg_free(&hvd_commit_desc, &t->commit);
+            t->commit = m;
+            memset(&m, 0, sizeof m);
+            task_log(t, HVD_LOG_DEBUG, "commit %llu kept (%llu bytes)",
+                     (unsigned long long)t->commit.id, (unsigned long long)t->commit.size);
+        }
+        hvd_call_reply(call, &hvd_ack_desc, NULL);
+    }
+    hvd_msg_free(&hvd_commit_state_desc, &m);
+}
+
+static void on_latest_commit(hvd_call *call, const msgpack_object *body, void *user) {
+    (void)body;
+    hvd_task *t = user;
+    if (not_elastic(t, call)) return;
+    hvd_commit_msg m = {.id = t->commit.id, .size = t->commit.size};
+    hvd_call_reply(call, &hvd_commit_desc, &m);
+}
+
+static void on_fetch_commit(hvd_call *call, const msgpack_object *body, void *user) {
+    hvd_task *t = user;
+    hvd_commit_ref_msg req;
+    hvd_err err;
+    if (not_elastic(t, call)) return;
+    if (hvd_msg_unpack(body, &hvd_fetch_commit_desc, &req, &err) != 0) {
+        hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
+        return;
+    }
+    if (req.id == 0 || req.id != t->commit.id)
+        hvd_call_fail(call, HVD_E_NOT_FOUND, "%s holds commit %llu, not %llu", t->name,
+                      (unsigned long long)t->commit.id, (unsigned long long)req.id);
+    else
+        hvd_call_reply(call, &hvd_commit_desc, &t->commit);
 }
 
 /* ---- Resources and results ------------------------------------------------------------------- */
@@ -434,6 +518,10 @@ int task_handlers_register(hvd_task *t) {
         {HVD_MSG_RESOURCES, on_resources},
         {HVD_MSG_REGISTER_RESULT, on_register_result},
         {HVD_MSG_GET_RESULT, on_get_result},
+        {HVD_MSG_STOP_COMMAND, on_stop_command},
+        {HVD_MSG_COMMIT_STATE, on_commit_state},
+        {HVD_MSG_LATEST_COMMIT, on_latest_commit},
+        {HVD_MSG_FETCH_COMMIT, on_fetch_commit},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (hvd_server_handle(t->srv, table[i].type, table[i].fn, t) != 0) return -1;

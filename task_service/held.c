@@ -65,7 +65,7 @@ void held_activate_subs(hvd_task *t) {
         s->active = true;
 }
 
-void held_add_waiter(hvd_task *t, hvd_call *call) {
+void held_add_waiter(hvd_task *t, hvd_call *call, bool status) {
     task_waiter *w = calloc(1, sizeof *w);
     if (!w) {
         hvd_call_fail(call, HVD_E_INTERNAL, "%s is out of memory", t->name);
@@ -73,6 +73,7 @@ void held_add_waiter(hvd_task *t, hvd_call *call) {
     }
     w->t = t;
     w->call = call;
+    w->status = status;
     w->next = t->waiters;
     t->waiters = w;
     hvd_call_on_cancel(call, waiter_cancelled, w);
@@ -108,7 +109,7 @@ void task_loop_quiesce(void *arg) {
     for (task_waiter *w = t->waiters; w; w = w->next) {
         if (!w->call) continue;
         if (t->ended)
-            pump_reply_exit(t, &w->call);
+            pump_reply_waiter(t, w);
         else
             fail_held(&w->call, HVD_E_SHUTDOWN, msg);
     }
@@ -137,11 +138,20 @@ void task_loop_abort(void *arg) {
         }
         return;
     }
-    if (t->refused) return;
+    if (t->refused || t->cfg.elastic) return; /* elastic: the next command is welcome */
     t->refused = true;
     char msg[128];
     snprintf(msg, sizeof msg, "%s was aborted before a command started", t->name);
     fail_waiting(t, HVD_E_STATE, msg);
+}
+
+void task_loop_kill(hvd_task *t) {
+    if (!t->cmd || t->ended) return;
+    pthread_mutex_lock(&t->mu);
+    t->abort_sent = true;
+    pthread_mutex_unlock(&t->mu);
+    task_log(t, HVD_LOG_INFO, "killing the command: SIGKILL to all its processes");
+    hvd_proc_kill(t->cmd);
 }
 
 /* Loop: interrupts the blocking calls of hvd_task_run and aborts the command. */

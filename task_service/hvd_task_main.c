@@ -27,7 +27,7 @@ static void usage(FILE *f) {
           "SYNOPSIS\n"
           "    hvd-task --driver ADDRS --index I [--gpus 0,1] [--host-hash H]\n"
           "             [--start-timeout SEC] [--grace SEC] [--min-lifetime SEC]\n"
-          "             [--net-timeout SEC]\n"
+          "             [--net-timeout SEC] [--elastic]\n"
           "             [--nics lo,eth0] [--bind ADDR] [--secret-file F] [--log-level LEVEL]\n"
           "    hvd-task --help\n"
           "\n"
@@ -88,6 +88,11 @@ static void usage(FILE *f) {
           "                         to its owner (mode 0600). Default: $HVD_SECRET, else the\n"
           "                         file named by $HVD_SECRET_FILE. The secret is never taken\n"
           "                         from the command line, where other users could read it.\n"
+          "    --elastic            the job is elastic (hvd-driver run --min-np/--max-np):\n"
+          "                         run one command at a time, as many as the driver's\n"
+          "                         launches ask for, whichever index of the host this is,\n"
+          "                         and keep the newest state a rank commits here; exit when\n"
+          "                         the driver ends the job (with the last command's status).\n"
           "    --log-level LEVEL    error, warn, info (default) or debug.\n"
           "    --help               print this text and exit.\n"
           "    SEC values may have a fraction (0.5).\n"
@@ -201,6 +206,7 @@ typedef struct task_opts {
     const char *driver, *gpus, *host_hash, *nics, *bind, *secret_file;
     int start_ms, grace_ms, life_ms, net_ms, level;
     bool has_index;
+    bool elastic; /* --elastic */
 } task_opts;
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -252,6 +258,7 @@ enum {
     O_SECRET_FILE,
     O_LEVEL,
     O_NET,
+    O_ELASTIC,
     O_HELP
 };
 
@@ -268,6 +275,7 @@ static const struct option LONG_OPTS[] = {
     {"secret-file", required_argument, NULL, O_SECRET_FILE},
     {"log-level", required_argument, NULL, O_LEVEL},
     {"net-timeout", required_argument, NULL, O_NET},
+    {"elastic", no_argument, NULL, O_ELASTIC},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -299,6 +307,9 @@ static int take(int c, const char *v, task_opts *o) {
         return 0;
     case O_LEVEL:
         return parse_level(v, &o->level);
+    case O_ELASTIC:
+        o->elastic = true;
+        return 0;
     case O_START:
         if ((ms = parse_secs(v)) <= 0) return bad_usage("bad --start-timeout %s", v);
         o->start_ms = ms;
@@ -378,7 +389,8 @@ static hvd_task *start_task(const task_opts *o, int *status) {
                            .net_timeout_ms = o->net_ms,
                            .bind_host = o->bind,
                            .log = log_line,
-                           .log_level = o->level};
+                           .log_level = o->level,
+                           .elastic = o->elastic};
     int rc = o->secret_file ? hvd_secret_read_file(&cfg.secret, o->secret_file, &err)
                             : hvd_secret_load_env(&cfg.secret, &err);
     if (rc != 0) {

@@ -238,6 +238,35 @@ void pump_reply_exit(const hvd_task *t, hvd_call **call) {
     hvd_call_reply(c, &hvd_exit_desc, &ex);
 }
 
+void pump_recycle(hvd_task *t) {
+    pump_stop(t);
+    hvd_proc_free(t->cmd); /* ended: returns at once */
+    t->cmd = NULL;
+    t->exit_seen = false;
+    t->paused = false;
+    pthread_mutex_lock(&t->mu);
+    t->started = false;
+    t->ended = false;
+    t->exit_code = 0;
+    t->exit_signal = 0;
+    t->abort_sent = false;
+    pthread_mutex_unlock(&t->mu);
+    free(t->shm_dir); /* its keeper removed the directory; the next command gets a new one */
+    t->shm_dir = NULL;
+    pump_sweep(t);
+}
+
+void pump_reply_waiter(const hvd_task *t, task_waiter *w) {
+    if (!w->status) {
+        pump_reply_exit(t, &w->call);
+        return;
+    }
+    hvd_call *c = w->call;
+    w->call = NULL; /* as in pump_reply_exit */
+    hvd_status_msg st = {.started = true, .ended = true, .exit_code = t->exit_code};
+    hvd_call_reply(c, &hvd_status_desc, &st);
+}
+
 static void check_end(hvd_task *t) {
     if (!t->cmd || !t->exit_seen || t->ended) return;
     for (int i = 0; i < 2; i++)
@@ -267,7 +296,7 @@ static void check_end(hvd_task *t) {
     for (task_sub *s = t->subs; s; s = s->next)
         if (s->call) pump_reply_exit(t, &s->call);
     for (task_waiter *w = t->waiters; w; w = w->next)
-        if (w->call) pump_reply_exit(t, &w->call);
+        if (w->call) pump_reply_waiter(t, w);
     pump_call_gone(t);
 }
 

@@ -30,5 +30,10 @@ void pump_call_gone(hvd_task *t);
 void pump_sweep(hvd_task *t);
 /* Answers a subscriber or waiter with the ended command's exit (the call pointer is cleared). */
 void pump_reply_exit(const hvd_task *t, hvd_call **call);
+/* Elastic: forgets the command that ended (its process, its shared-memory directory), so
+ * that another can start. */
+void pump_recycle(hvd_task *t);
+/* Answers a waiter: EXIT for WAIT_EXIT, STATUS (ended) for STOP_COMMAND. */
+void pump_reply_waiter(const hvd_task *t, task_waiter *w);
 
 #endif

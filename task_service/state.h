@@ -62,10 +62,11 @@ typedef struct task_sub {
     struct task_sub *next;
 } task_sub;
 
-/* A held WAIT_EXIT call. */
+/* A held WAIT_EXIT call, or (elastic) a held STOP_COMMAND call. */
 typedef struct task_waiter {
     struct hvd_task *t;
     hvd_call *call; /* NULL once answered or cancelled */
+    bool status;    /* STOP_COMMAND: answered with STATUS instead of EXIT */
     struct task_waiter *next;
 } task_waiter;
 
@@ -146,6 +147,8 @@ struct hvd_task {
     task_waiter *waiters;
     hvd_local_out *local; /* started on first use */
     bool local_failed;    /* ... and that failed: write synchronously */
+
+    hvd_commit_msg commit; /* elastic: the newest state a rank committed here (id 0: none) */
 };
 
 /* Passes one line to cfg.log if level is within cfg.log_level. Any thread. */

@@ -179,6 +179,7 @@ static void task_free(hvd_task *t) {
     free(t->pipes[0].buf);
     free(t->pipes[1].buf);
     hvd_msg_free(&hvd_result_desc, &t->result);
+    hvd_msg_free(&hvd_commit_desc, &t->commit);
     hvd_msg_free(&hvd_registration_done_desc, &t->peers);
     hvd_env_free(t->cmd_env);
     hvd_strv_free(t->gpus);

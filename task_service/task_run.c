@@ -296,6 +296,27 @@ static int run_body(hvd_task *t, int *exit_code, hvd_err *err) {
     return rc;
 }
 
+/* ---- Elastic --------------------------------------------------------------------------------- */
+
+/* Serves commands (handlers.c) until the driver shuts the job down or something aborts the
+ * task; a command still running then is aborted by the loop (held.c). */
+static int run_elastic(hvd_task *t, int *exit_code, hvd_err *err) {
+    task_log(t, HVD_LOG_INFO, "%s serves the commands of an elastic job on host %s", t->name,
+             t->host_hash);
+    pthread_mutex_lock(&t->mu);
+    while (t->abort_why == ABORT_NONE)
+        task_wait_until(t, -1);
+    int64_t until = hvd_now_ms() + TASK_SETTLE_MS + t->cfg.grace_ms + TASK_END_SLACK_MS;
+    while (t->started && !t->ended && task_wait_until(t, until)) {
+    }
+    task_abort why = t->abort_why;
+    int code = t->ended ? t->exit_code : 0;
+    pthread_mutex_unlock(&t->mu);
+    if (why != ABORT_DRIVER_SHUTDOWN) return aborted_err(t, err);
+    *exit_code = code;
+    return 0;
+}
+
 /* The watcher outlives hvd_task_run: after the command, hvd_task_stop keeps answering late
  * WAIT_EXITs for the minimum lifetime, unless the driver shuts the job down first (every
  * task then ends, so nobody needs the code any more), which the watcher hears. */
@@ -308,7 +329,7 @@ int hvd_task_run(hvd_task *t, int *exit_code, hvd_err *err) {
         pthread_mutex_unlock(&t->mu);
     }
     int code = 0;
-    int rc = run_body(t, &code, err);
+    int rc = t->cfg.elastic ? run_elastic(t, &code, err) : run_body(t, &code, err);
     if (rc == 0 && exit_code) *exit_code = code;
     pthread_mutex_lock(&t->mu);
     t->ended_normally = rc == 0;

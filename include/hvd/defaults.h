@@ -53,6 +53,31 @@
 #define HVD_DRIVER_FDS_PER_TASK 4
 #define HVD_DRIVER_FDS_BASE     256
 
+/* ---- Elastic jobs (hvd-driver run --min-np/--max-np, docs/elastic.md) ---- */
+
+/* How long fewer than --min-np slots may be usable before the job fails (--elastic-timeout;
+ * Horovod's default and its variable). */
+#define HVD_ELASTIC_TIMEOUT_DEFAULT_S 600
+#define HVD_ELASTIC_TIMEOUT_ENV       "HOROVOD_ELASTIC_TIMEOUT"
+/* How often the host discovery script runs (Horovod: once a second). */
+#define HVD_DISCOVERY_INTERVAL_MS 1000
+/* A discovery script that has not ended in this long counts as failed (and is killed). */
+#define HVD_DISCOVERY_TIMEOUT_MS 10000
+/* The exit status with which a rank ends for a reset (hosts updated, or a collective failed
+ * because another rank went away): EX_TEMPFAIL, "try again". Never blamed on its host. */
+#define HVD_ELASTIC_EXIT_RESET 75
+/* A reset stops the old mpirun: SIGTERM, SIGKILL this much later (the ranks are restarted
+ * from their last commit anyway; the delay lets mpirun remove its session directory). */
+#define HVD_ELASTIC_KILL_DELAY_MS 3000
+/* A host whose rank failed is blacklisted for MIN * 2^k + U(0, MIN) seconds (its k-th time),
+ * at most MAX (--blacklist-cooldown-range MIN MAX; Horovod's formula and upper bound). */
+#define HVD_BLACKLIST_COOLDOWN_MIN_S 10
+#define HVD_BLACKLIST_COOLDOWN_MAX_S 3600
+/* hvd-driver --local with a discovery script: the most task indices its fake hosts use. */
+#define HVD_ELASTIC_LOCAL_TASKS_MAX 1024
+/* The largest state a rank can commit to its task service (one frame carries it). */
+#define HVD_ELASTIC_STATE_MAX (60u * 1024u * 1024u)
+
 /* Where hvd-rsh, hvd-exec and hvd-task are (default: next to the running program). */
 #define HVD_BIN_DIR_ENV "HVD_BIN_DIR"
 

@@ -176,6 +176,48 @@ size_t hvd_driver_lost_tasks(hvd_driver *d);
  * so there is nothing to wait for), else 0. */
 int hvd_driver_lost_reason(hvd_driver *d, char *buf, size_t cap);
 
+/* ---- Elastic jobs (docs/elastic.md; hvd_launch_elastic drives these) -------------------- *
+ * An elastic driver is started with num_tasks = the most task indices that may register
+ * (tasks come and go); each launch runs mpirun over a chosen set of registered tasks, the
+ * active set. A static job never calls these: every task is active. */
+
+/* A registered task as an elastic launcher sees it. */
+typedef struct hvd_task_brief {
+    uint32_t index;
+    bool lost;   /* its WAIT_SHUTDOWN long-poll broke and none came since */
+    bool active; /* in the active set */
+    char host_hash[HVD_HOST_HASH_MAX];
+} hvd_task_brief;
+
+/* The registered tasks, by index (malloc'd array of *n; *n may be 0). Returns 0, or -1. */
+int hvd_driver_tasks(hvd_driver *d, hvd_task_brief **out, size_t *n, hvd_err *err);
+
+/* Makes the registered tasks idx[0..n) the job's (the next mpirun's): the host list (their
+ * hosts, with their count as slots), HOST_INDICES and SET_LOCAL_RANK (ranks 0..n-1), the
+ * interface probe and the results then cover them only; the ranks, results and reachability
+ * reports of the set before are forgotten. Returns 0, or -1 with err (HVD_E_INVALID: an index
+ * not registered, or given twice). */
+int hvd_driver_set_active(hvd_driver *d, const uint32_t *idx, size_t n, hvd_err *err);
+
+/* The lowest active index (the task of rank 0), or -1 if none is registered. */
+int64_t hvd_driver_first_active(hvd_driver *d);
+
+/* Forgets the registration of task `index` if it is lost (its index may register again, as a
+ * replacement; registering again also ends the loss). */
+void hvd_driver_forget_task(hvd_driver *d, uint32_t index);
+
+/* What ELASTIC_STATE answers the ranks: the launch they are in, and whether the hosts changed
+ * since it started (they should then commit and end for a reset). Any thread. */
+void hvd_driver_set_elastic(hvd_driver *d, uint64_t epoch, bool hosts_updated);
+
+/* Stops the commands of tasks idx[0..n) between two launches (STOP_COMMAND: abort the command
+ * and answer once it has ended; from a pool of threads), each bounded by timeout_ms, and asks
+ * each for the newest state committed to it (LATEST_COMMIT): *newest gets the newest id (0:
+ * none) and *holders how many of them hold it. Returns how many tasks could not be stopped
+ * (not registered, unreachable: lost). Not on the loop thread. */
+size_t hvd_driver_stop_commands(hvd_driver *d, const uint32_t *idx, size_t n, int timeout_ms,
+                                uint64_t *newest, size_t *holders);
+
 /* Shuts tasks down, stops the service and frees everything. NULL is ignored. */
 void hvd_driver_stop(hvd_driver *d);
 

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hvd/defaults.h"
 #include "hvd/driver.h"
@@ -115,5 +116,65 @@ void hvd_launch_parts_free(hvd_launch_parts *p);
 
 /* The directory of hvd-rsh/hvd-exec: $HVD_BIN_DIR, else the directory of /proc/self/exe. */
 const char *hvd_launch_bin_dir(void);
+
+/* ---- Elastic jobs (docs/elastic.md) --------------------------------------------------------
+ * Open MPI cannot grow or shrink a running job, so an elastic job is a series of launches:
+ * whenever the usable hosts change, the driver ends the current mpirun and starts a new one
+ * over the hosts it has now, between min_np and max_np ranks (a reset). The ranks restart at
+ * every reset and resume from the newest state they committed to their task services (which
+ * outlive them: hvd-task --elastic). Hosts are those of the registered task services, grouped
+ * by host hash, in the order they first appeared (older hosts get the lower ranks); with a
+ * discovery script only the hosts it lists. */
+
+/* One host a discovery script listed ("host" or "host:slots" per line). */
+typedef struct hvd_elastic_host {
+    char name[256];
+    int slots;
+} hvd_elastic_host;
+
+typedef struct hvd_elastic_config {
+    int min_np; /* fewest ranks a launch may have (>= 1) */
+    int max_np; /* most ranks a launch may have; 0: every usable slot */
+    int np;     /* ranks the first launch waits for (within the start timeout); 0: min_np */
+    const char *discovery_script; /* run every HVD_DISCOVERY_INTERVAL_MS with /bin/sh -c; its
+                                     lines "host[:slots]" are the usable hosts (a task is on
+                                     host H if its host hash is H, or H's first label and
+                                     "-<md5>"); NULL: every registered task's host */
+    int slots;                    /* slots of a listed host that names none; 0: 1 */
+    int reset_limit;              /* most resets; < 0: no limit */
+    int elastic_timeout_s;        /* fewer than min_np usable slots for this long ends the job;
+                                     0: HVD_ELASTIC_TIMEOUT_DEFAULT_S */
+    int cooldown_min_s, cooldown_max_s; /* a host whose rank failed is blacklisted for
+                                           min * 2^k + U(0,1) * min seconds (k: its k-th time),
+                                           at most max; 0, 0: for the rest of the job */
+    /* Receives each answer of the discovery script (the launching thread): hvd-driver --local
+     * starts task services for new hosts there. NULL: none. */
+    void (*on_hosts)(void *user, const hvd_elastic_host *hosts, size_t n);
+    void *on_hosts_user;
+    hvd_log_fn progress; /* one line per launch and reset (who left or came, why, the new
+                            size, the commit it resumes from); NULL: cfg->log */
+    void *progress_user;
+} hvd_elastic_config;
+
+/* What an elastic job did. */
+typedef struct hvd_elastic_outcome {
+    int resets;      /* launches after the first */
+    uint64_t commit; /* the newest commit the last launch resumed from (0: none) */
+    int ranks;       /* the last launch's size */
+} hvd_elastic_outcome;
+
+/* Runs an elastic job on a started driver (num_tasks: the most task indices that may
+ * register): launches mpirun over the usable tasks, and resets (ends it and launches again)
+ * when an active task is lost (at once), when a rank fails on its own (its host is
+ * blacklisted), or when the ranks end with HVD_ELASTIC_EXIT_RESET (the hosts changed: the
+ * driver's ELASTIC_STATE told them, they committed and ended). cfg->np is ignored (each
+ * launch's size is chosen), cfg->timeout_s bounds the whole job. Returns 0 once the last
+ * launch's mpirun ended, out telling how (the ranks' results are in hvd_driver_results: every
+ * rank succeeded, or every rank failed on its own, or it was stopped); -1 with err when the
+ * job cannot go on: more than reset_limit resets, fewer than min_np usable slots for longer
+ * than the elastic timeout (or np within the start timeout at first), the discovery script
+ * failing at its first run, no interface every task can use, or *cfg->stop. */
+int hvd_launch_elastic(hvd_driver *d, const hvd_launch_config *cfg, const hvd_elastic_config *ec,
+                       hvd_launch_outcome *out, hvd_elastic_outcome *eout, hvd_err *err);
 
 #endif

@@ -32,6 +32,11 @@ void hvd_task_service_name(uint32_t index, char out[HVD_SERVICE_NAME_MAX]);
 /* The process id of the task service whose command (orted) started the rank: signals from it,
  * from orted, or from what lies between (the process runner) are the job ending its ranks. */
 #define HVD_TASK_PID_ENV "HVD_TASK_PID"
+/* Set by hvd-exec for the entry point: the addresses of the rank's task service (text form),
+ * where an elastic rank commits its state. */
+#define HVD_TASK_ADDRS_ENV "HVD_TASK_ADDRS"
+/* Set by hvd-driver's elastic launches for the ranks: which mpirun of the job this is. */
+#define HVD_ELASTIC_EPOCH_ENV "HVD_ELASTIC_EPOCH"
 
 /* ---- Message types ---------------------------------------------------------------------- */
 
@@ -79,6 +84,21 @@ enum {
     HVD_MSG_STATUS = 405,
     HVD_MSG_TASK_INFO_REPLY = 406,
     HVD_MSG_RESULT = 407,
+};
+
+/* Elastic jobs (docs/elastic.md): the driver tells ranks whether the hosts changed; a task
+ * service runs one command at a time, any number in its life, and keeps the newest state a
+ * rank committed to it, which outlives the ranks. */
+enum {
+    HVD_MSG_ELASTIC_STATE = 210, /* empty -> hvd_elastic_msg; idempotent */
+    HVD_MSG_STOP_COMMAND = 310,  /* empty -> hvd_status_msg once no command runs (long-poll);
+                                    idempotent */
+    HVD_MSG_COMMIT_STATE = 311,  /* hvd_commit_msg -> ack; idempotent (an older id never
+                                    replaces a newer one) */
+    HVD_MSG_LATEST_COMMIT = 312, /* empty -> hvd_commit_msg without the state; idempotent */
+    HVD_MSG_FETCH_COMMIT = 313,  /* hvd_commit_ref_msg -> hvd_commit_msg; idempotent */
+    HVD_MSG_COMMIT = 408,
+    HVD_MSG_ELASTIC = 409,
 };
 
 /* Stream channels of RUN_COMMAND / ATTACH. */
@@ -232,6 +252,31 @@ typedef struct hvd_agent_report_msg {
     char *error;       /* what went wrong (NULL: nothing) */
 } hvd_agent_report_msg;
 extern const hvd_msg_desc hvd_agent_report_desc;
+
+/* Elastic: what ELASTIC_STATE answers. */
+typedef struct hvd_elastic_msg {
+    uint64_t epoch;     /* which mpirun of the job this is: 1, 2, ... (0: not elastic) */
+    bool hosts_updated; /* hosts came, or are leaving, since this mpirun started: the ranks
+                           should commit and end (HVD_ELASTIC_EXIT_RESET) for a reset */
+} hvd_elastic_msg;
+extern const hvd_msg_desc hvd_elastic_state_desc; /* ELASTIC_STATE request (empty) */
+extern const hvd_msg_desc hvd_elastic_desc;       /* ELASTIC reply */
+
+/* Elastic: a rank's committed state, kept by its task service (at most one, the newest). */
+typedef struct hvd_commit_msg {
+    uint64_t id;     /* 1, 2, ...: the commit's number, the same on every rank; 0: none */
+    uint64_t size;   /* the state's length (LATEST_COMMIT tells it without sending it) */
+    hvd_bytes state; /* the committed bytes (empty in LATEST_COMMIT's answer) */
+} hvd_commit_msg;
+extern const hvd_msg_desc hvd_commit_state_desc;  /* COMMIT_STATE */
+extern const hvd_msg_desc hvd_latest_commit_desc; /* LATEST_COMMIT request (empty) */
+extern const hvd_msg_desc hvd_commit_desc;        /* COMMIT reply */
+
+typedef struct hvd_commit_ref_msg {
+    uint64_t id; /* the commit wanted */
+} hvd_commit_ref_msg;
+extern const hvd_msg_desc hvd_fetch_commit_desc; /* FETCH_COMMIT */
+extern const hvd_msg_desc hvd_stop_command_desc; /* STOP_COMMAND request (empty) */
 
 /* Empty task-service requests. */
 extern const hvd_msg_desc hvd_attach_desc;

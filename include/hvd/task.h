@@ -58,6 +58,10 @@ typedef struct hvd_task_config {
     const char *bind_host; /* where to listen: a numeric address or an interface name
                               (hvd_bind_resolve), then the only address advertised; NULL:
                               every interface */
+    bool elastic;          /* an elastic job (docs/elastic.md): the service runs one command at
+                              a time, any number of them, whichever task of its host it is, and
+                              hvd_task_run waits for the driver's shutdown instead of the first
+                              command's end; it keeps the newest state a rank committed to it */
 } hvd_task_config;
 
 /* Starts the task service and registers it with the driver (retrying with backoff while the
@@ -81,6 +85,12 @@ hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err);
  * the first task's answer) gets a moment (1 s) to end by itself first: if it does, run
  * returns its exit code as usual. */
 int hvd_task_run(hvd_task *t, int *exit_code, hvd_err *err);
+
+/* Elastic (cfg.elastic): hvd_task_run waits until the driver shuts the job down (or goes
+ * away, or hvd_task_abort), serving commands meanwhile: RUN_COMMAND is refused only while a
+ * command runs, STOP_COMMAND aborts it and answers once it has ended, ABORT never refuses
+ * later commands. Returns 0 with the last command's exit code (0 if none ran) when the driver
+ * shut the job down, else -1 with err as above. */
 
 /* Asks hvd_task_run to abort the command and return. Any thread, any time before
  * hvd_task_stop: before hvd_task_run it makes run return at once; with no command yet,

@@ -6,9 +6,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hvd/driver.h"
 #include "hvd/launch.h"
@@ -249,6 +251,89 @@ static PyObject *driver_run_job(DriverObject *self, PyObject *args, PyObject *kw
                          o.stopped ? Py_True : Py_False);
 }
 
+/* An elastic job's reset lines (hvd_elastic_config.progress) go where the ranks' stderr goes
+ * (user: that descriptor), always. */
+static void progress_stderr(void *user, const char *line) {
+    char buf[2200];
+    int n = snprintf(buf, sizeof buf, "hvd_bridge: %s\n", line);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(*(const int *)user, buf + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+}
+
+/* run_elastic(bin_dir, min_np, max_np=0, np=0, reset_limit=-1, elastic_timeout=600,
+ *             mpi_args=(), env=(), timeout=0, start_timeout=120, stdout_fd=-1, stderr_fd=-1)
+ *   -> (mpirun status of the last launch, timed_out, stopped, resets)
+ * The tasks are those that register (hvd_launch_elastic without a discovery script). */
+static PyObject *driver_run_elastic(DriverObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"bin_dir",         "min_np",    "max_np", "np",      "reset_limit",
+                             "elastic_timeout", "mpi_args",  "env",    "timeout", "start_timeout",
+                             "stdout_fd",       "stderr_fd", NULL};
+    const char *bin_dir;
+    int min_np, max_np = 0, np = 0, reset_limit = -1, out_fd = -1, err_fd = -1;
+    double elastic_timeout = HVD_ELASTIC_TIMEOUT_DEFAULT_S, timeout = 0,
+           start_timeout = HVD_START_TIMEOUT_DEFAULT_S;
+    PyObject *mpi_o = Py_None, *env_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "si|iiidOOddii", kwlist, &bin_dir, &min_np, &max_np,
+                                     &np, &reset_limit, &elastic_timeout, &mpi_o, &env_o, &timeout,
+                                     &start_timeout, &out_fd, &err_fd))
+        return NULL;
+    hvd_driver *d = driver_of(self);
+    if (!d) return NULL;
+    if (self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "a job is already running on this driver");
+        return NULL;
+    }
+    char **mpi = NULL, **env = NULL;
+    int start_ms, el_ms;
+    if (ms_from(start_timeout, "start_timeout", &start_ms) != 0 ||
+        ms_from(elastic_timeout, "elastic_timeout", &el_ms) != 0 ||
+        strv_from(mpi_o, &mpi, "mpi_args must be a sequence of str") != 0 ||
+        strv_from(env_o, &env, "env must be a sequence of NAME=VALUE str") != 0) {
+        strv_free(mpi);
+        return NULL;
+    }
+    int fds[2] = {out_fd < 0 ? 1 : out_fd, err_fd < 0 ? 2 : err_fd};
+    hvd_launch_config lc = {.bin_dir = bin_dir,
+                            .mpi_args = (const char *const *)mpi,
+                            .extra_env = (const char *const *)env,
+                            .timeout_s = (int)timeout,
+                            .start_timeout_ms = start_ms,
+                            .output_fds = fds,
+                            .stop = &self->stop,
+                            .log = self->verbose ? log_stderr : NULL,
+                            .log_user = "hvd_bridge"};
+    hvd_elastic_config ec = {.min_np = min_np,
+                             .max_np = max_np,
+                             .np = np,
+                             .reset_limit = reset_limit,
+                             .elastic_timeout_s = el_ms / 1000 > 0 ? el_ms / 1000 : 1,
+                             .cooldown_min_s = HVD_BLACKLIST_COOLDOWN_MIN_S,
+                             .cooldown_max_s = HVD_BLACKLIST_COOLDOWN_MAX_S,
+                             .progress = progress_stderr,
+                             .progress_user = &fds[1]};
+    hvd_launch_outcome o;
+    hvd_elastic_outcome eo;
+    hvd_err err;
+    int rc;
+    self->running = 1;
+    Py_INCREF(self);
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = hvd_launch_elastic(d, &lc, &ec, &o, &eo, &err);
+    PyEval_RestoreThread(ts);
+    self->running = 0;
+    Py_DECREF(self);
+    strv_free(mpi);
+    strv_free(env);
+    if (rc != 0) return raise_err(&err);
+    return Py_BuildValue("(iOOi)", o.status, o.timed_out ? Py_True : Py_False,
+                         o.stopped ? Py_True : Py_False, eo.resets);
+}
+
 /* results() -> [(rank, task, host_hash, present, status, data: bytes, error: str|None, order,
  * stopped)] (order: 1, 2, ... in the order the results reached the driver, 0: none; stopped:
  * orted stopped the rank as the job ended, it did not fail on its own) */
@@ -358,6 +443,10 @@ static PyMethodDef driver_methods[] = {
     {"run_job", (PyCFunction)(void (*)(void))driver_run_job, METH_VARARGS | METH_KEYWORDS,
      "run_job(bin_dir, exec_bin_dir=None, mpi_args=(), env=(), timeout=0, start_timeout=120, "
      "stdout_fd=-1, stderr_fd=-1) -> (status, timed_out, stopped)"},
+    {"run_elastic", (PyCFunction)(void (*)(void))driver_run_elastic, METH_VARARGS | METH_KEYWORDS,
+     "run_elastic(bin_dir, min_np, max_np=0, np=0, reset_limit=-1, elastic_timeout=600, "
+     "mpi_args=(), env=(), timeout=0, start_timeout=120, stdout_fd=-1, stderr_fd=-1) -> "
+     "(status, timed_out, stopped, resets): an elastic job over the tasks that register"},
     {"results", (PyCFunction)driver_results, METH_NOARGS,
      "results() -> [(rank, task, host_hash, present, status, data, error, order, stopped)] by "
      "rank"},
@@ -409,10 +498,9 @@ static void task_log(void *user, int level, const char *line) {
 }
 
 static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"index",       "driver",       "secret",    "gpus",
-                             "work_dir",    "host_hash",    "nics",      "start_timeout",
-                             "net_timeout", "min_lifetime", "log_level", "bind",
-                             NULL};
+    static char *kwlist[] = {"index",     "driver", "secret",        "gpus",        "work_dir",
+                             "host_hash", "nics",   "start_timeout", "net_timeout", "min_lifetime",
+                             "log_level", "bind",   "elastic",       NULL};
     int index;
     const char *driver, *work_dir = NULL, *host_hash = NULL, *level_s = "warn", *bind = NULL;
     Py_buffer secret = {.buf = NULL};
@@ -424,9 +512,10 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_RuntimeError, "the task is already started");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "isy*|OzzOdddsz", kwlist, &index, &driver, &secret,
+    int elastic = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "isy*|OzzOdddszp", kwlist, &index, &driver, &secret,
                                      &gpus_o, &work_dir, &host_hash, &nics_o, &start_timeout,
-                                     &net_timeout, &min_lifetime, &level_s, &bind))
+                                     &net_timeout, &min_lifetime, &level_s, &bind, &elastic))
         return -1;
     char **gpus = NULL, **nics = NULL;
     hvd_addr *addrs = NULL;
@@ -462,7 +551,8 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
                            .bind_host = bind,
                            .log = task_log,
                            .log_user = self->prefix,
-                           .log_level = level};
+                           .log_level = level,
+                           .elastic = elastic};
     memcpy(cfg.secret.key, secret.buf, HVD_SECRET_LEN);
     PyThreadState *ts = PyEval_SaveThread();
     self->t = hvd_task_start(&cfg, &err);
@@ -557,8 +647,8 @@ static PyTypeObject TaskType = {
     .tp_basicsize = sizeof(TaskObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Task(index, driver, secret, gpus=None, work_dir=None, host_hash=None, nics=None, "
-              "start_timeout=600, net_timeout=15, min_lifetime=3, log_level='warn'): the task "
-              "service of one executor slot (include/hvd/task.h)",
+              "start_timeout=600, net_timeout=15, min_lifetime=3, log_level='warn', "
+              "elastic=False): the task service of one executor slot (include/hvd/task.h)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)task_init,
     .tp_dealloc = (destructor)task_dealloc,

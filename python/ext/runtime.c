@@ -1,6 +1,7 @@
-/* hvd_bridge._runtime: the CPython door to the collective runtime (include/hvd/runtime.h), for
- * hvd_bridge.torch. Buffers travel as addresses (tensor.data_ptr()), never copied here; the
- * Python side keeps the tensors alive until their handle completes. Waits release the GIL.
+/* hvd_bridge._runtime: the CPython door to the collective runtime (include/hvd/runtime.h) and
+ * the rank side of elastic jobs (include/hvd/elastic.h), for hvd_bridge.torch. Buffers travel as
+ * addresses (tensor.data_ptr()), never copied here; the Python side keeps the tensors alive until
+ * their handle completes. Waits release the GIL.
  *
  * Errors: arguments the runtime refuses at submission raise ValueError (Horovod's
  * INVALID_ARGUMENT); a collective that fails (mismatch across ranks, shutdown, MPI or NCCL
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hvd/elastic.h"
 #include "hvd/runtime.h"
 
 static PyObject *InternalError; /* hvd_bridge._runtime.HorovodInternalError(RuntimeError) */
@@ -346,6 +348,73 @@ static PyObject *rt_stats(PyObject *self, PyObject *unused) {
                          "fused_calls", s.fused_calls, "negotiation_ns", s.negotiation_ns);
 }
 
+/* ---- Elastic jobs (include/hvd/elastic.h) ---------------------------------------------------- */
+
+static PyObject *elastic_error(const hvd_err *err) {
+    PyErr_SetString(InternalError, err->msg);
+    return NULL;
+}
+
+/* elastic_restore() -> bytes of the newest commit that survives, or None (collective) */
+static PyObject *rt_elastic_restore(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    void *state = NULL;
+    size_t len = 0;
+    hvd_err err;
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = hvd_elastic_restore(&state, &len, &err);
+    PyEval_RestoreThread(ts);
+    if (rc < 0) return elastic_error(&err);
+    PyObject *out =
+        rc == 1 ? PyBytes_FromStringAndSize(state, (Py_ssize_t)len) : Py_NewRef(Py_None);
+    free(state);
+    return out;
+}
+
+/* elastic_save(bytes): the next commit, in this rank's task service */
+static PyObject *rt_elastic_save(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    hvd_err err;
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = hvd_elastic_save(b.buf, (size_t)b.len, &err);
+    PyEval_RestoreThread(ts);
+    PyBuffer_Release(&b);
+    if (rc != 0) return elastic_error(&err);
+    Py_RETURN_NONE;
+}
+
+/* elastic_check_host_updates() -> bool (collective) */
+static PyObject *rt_elastic_check(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    hvd_err err;
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = hvd_elastic_check_host_updates(&err);
+    PyEval_RestoreThread(ts);
+    if (rc < 0) return elastic_error(&err);
+    return PyBool_FromLong(rc == HVD_ELASTIC_RESET);
+}
+
+static PyObject *rt_elastic_commit_id(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyLong_FromUnsignedLongLong(hvd_elastic_commit_id());
+}
+
+static PyObject *rt_elastic_enabled(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyBool_FromLong(hvd_elastic_enabled());
+}
+
+static PyObject *rt_elastic_close(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    hvd_elastic_close();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"init", rt_init, METH_NOARGS, "init(): start the runtime (MPI, the background thread)"},
     {"shutdown", rt_shutdown, METH_NOARGS, "shutdown(): stop it on every rank"},
@@ -371,6 +440,14 @@ static PyMethodDef methods[] = {
     {"copy_host", rt_copy_host, METH_VARARGS, NULL},
     {"reducescatter_rows", rt_reducescatter_rows, METH_VARARGS, NULL},
     {"stats", rt_stats, METH_NOARGS, NULL},
+    {"elastic_enabled", rt_elastic_enabled, METH_NOARGS, "in an elastic job's rank?"},
+    {"elastic_restore", rt_elastic_restore, METH_NOARGS,
+     "elastic_restore() -> the newest commit's bytes on every rank, or None (collective)"},
+    {"elastic_save", rt_elastic_save, METH_VARARGS, "elastic_save(bytes): the next commit"},
+    {"elastic_check_host_updates", rt_elastic_check, METH_NOARGS,
+     "elastic_check_host_updates() -> whether the hosts changed (collective)"},
+    {"elastic_commit_id", rt_elastic_commit_id, METH_NOARGS, NULL},
+    {"elastic_close", rt_elastic_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

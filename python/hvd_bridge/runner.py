@@ -13,7 +13,25 @@ import tempfile
 from . import _job, bin_dir
 
 _ELASTIC = ("min_num_proc", "max_num_proc", "slots", "reset_limit", "cooldown_range",
-            "host_discovery_script", "min_np", "max_np")
+            "host_discovery_script", "min_np", "max_np", "elastic_timeout")
+
+
+def _elastic_flags(elastic):
+    """hvd-driver's elastic options from horovod.run's keyword arguments (docs/elastic.md)."""
+    e = {k: v for k, v in elastic.items() if v is not None}
+    flags = []
+    for name, opt in (("min_np", "--min-np"), ("min_num_proc", "--min-np"),
+                      ("max_np", "--max-np"), ("max_num_proc", "--max-np"),
+                      ("host_discovery_script", "--host-discovery-script"), ("slots", "--slots"),
+                      ("reset_limit", "--reset-limit"), ("elastic_timeout", "--elastic-timeout")):
+        if name in e:
+            flags += [opt, str(e[name])]
+    if "cooldown_range" in e:
+        lo, hi = e["cooldown_range"]
+        flags += ["--blacklist-cooldown-range", str(lo), str(hi)]
+    if flags and not any(f in flags for f in ("--min-np", "--host-discovery-script")):
+        flags += ["--min-np", "1"]  # --max-np alone: elastic from one rank up
+    return flags
 
 
 def _slots(hosts):
@@ -44,7 +62,7 @@ def _hostfile_hosts(path):
 
 
 def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_port,
-                    ssh_identity_file, nics, mpi_args, verbose, executable):
+                    ssh_identity_file, nics, mpi_args, verbose, executable, elastic=()):
     cmd = [os.path.join(bin_dir(), "hvd-driver"), "run", "-np", str(np_)]
     if hosts:
         cmd += ["--ssh-hosts", hosts]
@@ -61,7 +79,7 @@ def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_p
     for a in mpi_args:
         cmd += ["--mpi-arg", a]
     cmd.append("--verbose" if verbose else "--quiet")
-    return cmd + ["--"] + _job.rank_argv(executable or sys.executable)
+    return cmd + list(elastic) + ["--"] + _job.rank_argv(executable or sys.executable)
 
 
 def _rows(results_file):
@@ -102,14 +120,18 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     executable: the Python of the ranks (default: this one). stdout, stderr: text streams for
     the ranks' output (default sys.stdout, sys.stderr), one line at a time, prefixed with
     "[1,rank]<stdout>:"; prefix_output_with_timestamp adds mpirun's timestamps.
+    Elastic jobs (docs/elastic.md; func uses hvd_bridge.torch.elastic): min_np (min_num_proc),
+    max_np (max_num_proc), host_discovery_script (its hosts are fake hosts on this machine),
+    slots, reset_limit, elastic_timeout, cooldown_range=(min, max); the return values are
+    those of the last launch's ranks.
     """
-    given = sorted(k for k in elastic if elastic[k] is not None)
     unknown = [k for k in elastic if k not in _ELASTIC]
     if unknown:
         raise TypeError("run() got unexpected keyword arguments %s" % ", ".join(unknown))
-    if given:
-        raise NotImplementedError("elastic jobs (%s) are not supported by hvd_bridge.run yet"
-                                  % ", ".join(given))
+    elastic_flags = _elastic_flags(elastic)
+    if hosts and elastic.get("host_discovery_script"):
+        raise NotImplementedError("a host discovery script with ssh hosts is not supported by "
+                                  "elastic jobs yet")
     if use_gloo:
         raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
     if hosts and hostfile:
@@ -129,7 +151,7 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
         with open(os.open(payload_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
             f.write(_job.payload(func, args, kwargs))
         cmd = _driver_command(np_, hosts, payload_file, results_file, start, ssh_port,
-                              ssh_identity_file, nics, extra, verbose, executable)
+                              ssh_identity_file, nics, extra, verbose, executable, elastic_flags)
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out.fd, stderr=err.fd)
         out.close_writer()
         err.close_writer()

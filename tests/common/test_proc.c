@@ -542,6 +542,33 @@ static void test_abort_within(void) {
     hvd_proc_free(c);
 }
 
+/* hvd_proc_kill: the whole tree (which ignores and handles SIGTERM) is gone at once, long
+ * before the grace period; the shell died of SIGKILL. */
+static void test_kill_tree(void) {
+    struct scene s;
+    scene_init(&s);
+    char cmd[PATH_MAX];
+    tree_command(&s, cmd, sizeof cmd);
+    hvd_proc *c = start(cmd, s.envp, NULL, 20000);
+    if (c) {
+        CHECK(wait_files(s.dir, tree_ready));
+        CHECK(wait_marked(&s, TREE_PROCS, true) >= TREE_PROCS);
+        int64_t t0 = test_now_ms();
+        hvd_proc_kill(c);
+        hvd_proc_abort(c); /* an abort after the kill changes nothing */
+        CHECK(readable(hvd_proc_exit_fd(c), WAIT_MS));
+        int64_t elapsed = test_now_ms() - t0;
+        int code = -1;
+        CHECK(hvd_proc_reap(c, &code) == 0);
+        CHECK_MSG(code == 137, "exit code %d", code);
+        CHECK_MSG(elapsed < 10000, "ended %lld ms after the kill (grace 20 s)", (long long)elapsed);
+        CHECK_MSG(count_marked(&s) == 0, "%d processes left", count_marked(&s));
+        hvd_proc_free(c);
+    }
+    CHECK(wait_marked(&s, 0, false) == 0);
+    scene_free(&s);
+}
+
 /* Starts the tree as a forked "owner" process, SIGKILLs the owner, and checks that every
  * process of the command is gone soon after. With hold_lifeline the owner first forks a
  * child that keeps a copy of the lifeline socket open: only PR_SET_PDEATHSIG can tell. */
@@ -839,6 +866,7 @@ int main(void) {
     RUN(test_start_errors);
     RUN(test_abort_tree);
     RUN(test_abort_within);
+    RUN(test_kill_tree);
     RUN(test_owner_killed);
     RUN(test_owner_killed_lifeline_held);
     RUN(test_daemon_outlives_shell);

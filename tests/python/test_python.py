@@ -194,11 +194,41 @@ def test_torch_ddp():
     check(out == [(6.0, 3)] * 3, "torch.distributed all_reduce over the job: %r" % out)
 
 
+def elastic_rank():
+    import os as _os
+    import hvd_bridge.torch as hvd
+    state = hvd.elastic.ObjectState(steps=0)
+
+    @hvd.elastic.run
+    def train(state):
+        state.steps += 1
+        state.commit()
+        return int(_os.environ["HVD_ELASTIC_EPOCH"]), hvd.size(), state.steps
+
+    out = train(state)
+    hvd.shutdown()  # mpirun counts a rank that ends without MPI_Finalize as failed
+    return out
+
+
+def test_elastic_args():
+    """Horovod's elastic keyword arguments run an elastic job (one launch here)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise Skip("no torch in this Python")
+    import hvd_bridge
+    with Job():
+        out = hvd_bridge.run(elastic_rank, np=2, min_np=2, max_np=2, reset_limit=1,
+                             elastic_timeout=60, cooldown_range=(5, 10))
+    check(out == [(1, 2, 1)] * 2, "an elastic job of 2 ranks, one launch: %r" % out)
+
+
 def test_bad_args():
     import hvd_bridge
     for kw, exc, text in ((dict(use_gloo=True), ValueError, "MPI"),
                           (dict(hosts="a:1", hostfile="/x"), ValueError, "hostfile"),
-                          (dict(min_num_proc=2), NotImplementedError, "elastic"),
+                          (dict(min_num_proc=1, hosts="a:1", host_discovery_script="x"),
+                           NotImplementedError, "discovery script with ssh hosts"),
                           (dict(bogus=1), TypeError, "bogus"),
                           (dict(env=["A=1"]), ValueError, "env must be a dict")):
         try:

@@ -5,7 +5,8 @@
  * prefixes; two subscribers), one command per lifetime, abort of process trees that ignore
  * SIGTERM, SIGKILL of hvd-task, back-pressure from a subscriber that stops reading (memory
  * stays bounded, the command blocks), WAIT_EXIT at the end and within the minimum lifetime,
- * the driver's shutdown, start-up timeouts, the command line, and the library in-process.
+ * the driver's shutdown, start-up timeouts, the command line, the library in-process, and
+ * elastic task services (commands one after another, STOP_COMMAND, commits).
  *
  * argv[1] is the hvd-task binary. Processes of a command are found by a marker variable in
  * their environment (HVD_TEST_MARK). Each hvd-task writes its stderr (and stdout, unless
@@ -1151,6 +1152,144 @@ static void test_in_process(void) {
     drv_down(&x);
 }
 
+/* ---- Elastic task services --------------------------------------------------------------------
+ */
+
+static hvd_task *elastic_task(drv *x, uint32_t index, bool elastic, logbuf *lb) {
+    hvd_task_config cfg = {.index = index,
+                           .secret = g_secret,
+                           .driver_addrs = x->addrs,
+                           .n_driver_addrs = x->naddrs,
+                           .host_hash = "elastic-host",
+                           .work_dir = "/tmp",
+                           .grace_ms = 500,
+                           .min_lifetime_ms = 200,
+                           .log = collect_log,
+                           .log_user = lb,
+                           .log_level = HVD_LOG_DEBUG,
+                           .elastic = elastic};
+    hvd_err err;
+    hvd_task *t = hvd_task_start(&cfg, &err);
+    CHECK_MSG(t != NULL, "%s", err.msg);
+    return t;
+}
+
+/* RUN_COMMAND with attach: the exit code, or -1000 - the error code. */
+static int run_attached(hvd_client *c, const char *command) {
+    hvd_run_msg run = {.command = (char *)command, .attach = true};
+    hvd_exit_msg ex;
+    hvd_err err;
+    if (hvd_client_call_stream(c, &hvd_run_desc, &run, NULL, NULL, -1, NULL, &hvd_exit_desc, &ex,
+                               WAIT_MS, &err) != 0)
+        return -1000 - err.code;
+    return ex.exit_code;
+}
+
+static int stop_command(hvd_client *c, hvd_status_msg *st) {
+    hvd_err err;
+    return hvd_client_call(c, &hvd_stop_command_desc, NULL, &hvd_status_desc, st, WAIT_MS, 0, &err);
+}
+
+static int commit(hvd_client *c, uint64_t id, const char *state, hvd_err *err) {
+    hvd_commit_msg m = {.id = id, .state = {(uint8_t *)state, strlen(state)}};
+    return hvd_client_call(c, &hvd_commit_state_desc, &m, &hvd_ack_desc, NULL, 0, 0, err);
+}
+
+/* Commands one after another: refused only while one runs; STOP_COMMAND ends it and answers
+ * once it has; ABORT with nothing running refuses nothing. */
+static void elastic_commands(hvd_client *c) {
+    char mark[128], cmd[256];
+    make_mark(mark, sizeof mark);
+    snprintf(cmd, sizeof cmd, "export %s; sleep 1000 & wait", mark);
+    hvd_run_msg run = {.command = cmd};
+    hvd_err err;
+    CHECK(hvd_client_call(c, &hvd_run_desc, &run, &hvd_ack_desc, NULL, 0, 0, &err) == 0);
+    CHECK(wait_marked(mark, 1, WAIT_MS));
+    CHECK(hvd_client_call(c, &hvd_run_desc, &run, &hvd_ack_desc, NULL, 0, 0, &err) != 0 &&
+          err.code == HVD_E_STATE && strstr(err.msg, "still runs"));
+    hvd_status_msg st;
+    CHECK(stop_command(c, &st) == 0 && st.ended && st.exit_code == 128 + SIGKILL);
+    CHECK(count_marked(mark) == 0);
+    CHECK(run_attached(c, "exit 7") == 7);
+    CHECK(stop_command(c, &st) == 0 && st.ended && st.exit_code == 7); /* nothing runs */
+    CHECK(hvd_client_call(c, &hvd_abort_desc, NULL, &hvd_ack_desc, NULL, 0, 0, &err) == 0);
+    CHECK(run_attached(c, "exit 0") == 0); /* not refused after the ABORT */
+}
+
+/* The newest commit is kept; a late older one does not replace it. */
+static void elastic_commits(hvd_client *c) {
+    hvd_err err;
+    hvd_commit_msg m;
+    CHECK(hvd_client_call(c, &hvd_latest_commit_desc, NULL, &hvd_commit_desc, &m, 0, 0, &err) ==
+              0 &&
+          m.id == 0 && m.size == 0);
+    hvd_msg_free(&hvd_commit_desc, &m);
+    CHECK(commit(c, 2, "second", &err) == 0);
+    CHECK(commit(c, 1, "first", &err) == 0);
+    CHECK(commit(c, 0, "none", &err) != 0 && err.code == HVD_E_INVALID);
+    CHECK(hvd_client_call(c, &hvd_latest_commit_desc, NULL, &hvd_commit_desc, &m, 0, 0, &err) ==
+              0 &&
+          m.id == 2 && m.size == 6 && m.state.len == 0);
+    hvd_msg_free(&hvd_commit_desc, &m);
+    hvd_commit_ref_msg ref = {.id = 2};
+    CHECK(hvd_client_call(c, &hvd_fetch_commit_desc, &ref, &hvd_commit_desc, &m, 0, 0, &err) == 0 &&
+          m.id == 2 && m.state.len == 6 && memcmp(m.state.data, "second", 6) == 0);
+    hvd_msg_free(&hvd_commit_desc, &m);
+    ref.id = 1;
+    CHECK(hvd_client_call(c, &hvd_fetch_commit_desc, &ref, &hvd_commit_desc, &m, 0, 0, &err) != 0 &&
+          err.code == HVD_E_NOT_FOUND);
+}
+
+static void test_elastic(void) {
+    drv x;
+    if (!drv_up(&x, 3)) return;
+    logbuf lb = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    hvd_task *t[3] = {elastic_task(&x, 0, true, &lb), elastic_task(&x, 1, true, &lb),
+                      elastic_task(&x, 2, false, &lb)};
+    runner r[2] = {{.t = t[0]}, {.t = t[1]}};
+    pthread_t th[2];
+    for (int i = 0; i < 2 && t[0] && t[1]; i++) {
+        atomic_init(&r[i].done, false);
+        CHECK(pthread_create(&th[i], NULL, run_main, &r[i]) == 0);
+    }
+    hvd_err err;
+    hvd_client *c1 = t[0] && t[1] && t[2] ? task_client(&x, 1) : NULL; /* not the first */
+    hvd_client *c2 = c1 ? task_client(&x, 2) : NULL;
+    if (c1 && c2) {
+        elastic_commands(c1);
+        elastic_commits(c1);
+        CHECK(commit(c2, 1, "x", &err) != 0 && err.code == HVD_E_STATE); /* not elastic */
+        /* The driver stops the launch's commands and learns the newest commit. */
+        char mark[128], cmd[256];
+        make_mark(mark, sizeof mark);
+        snprintf(cmd, sizeof cmd, "export %s; trap '' TERM; sleep 1000 & wait", mark);
+        hvd_client *c0 = task_client(&x, 0);
+        hvd_run_msg run = {.command = cmd};
+        CHECK(c0 && hvd_client_call(c0, &hvd_run_desc, &run, &hvd_ack_desc, NULL, 0, 0, &err) == 0);
+        CHECK(wait_marked(mark, 1, WAIT_MS));
+        uint32_t idx[] = {0, 1};
+        uint64_t newest = 0;
+        size_t holders = 0;
+        CHECK(hvd_driver_stop_commands(x.d, idx, 2, WAIT_MS, &newest, &holders) == 0);
+        CHECK_MSG(newest == 2 && holders == 1, "newest %llu held by %zu",
+                  (unsigned long long)newest, holders);
+        CHECK(count_marked(mark) == 0); /* SIGKILLed, TERM trap or not */
+        hvd_client_close(c0);
+    }
+    hvd_client_close(c1);
+    hvd_client_close(c2);
+    hvd_driver_shutdown_tasks(x.d); /* the elastic tasks' run returns */
+    for (int i = 0; i < 2 && t[0] && t[1]; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_MSG(r[i].rc == 0, "task %d: %s", i, r[i].err.msg);
+    }
+    CHECK(r[1].code == 0); /* the last command's exit code */
+    for (int i = 0; i < 3; i++)
+        hvd_task_stop(t[i]);
+    buf_free(&lb.text);
+    drv_down(&x);
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st;
     (void)flag;
@@ -1188,6 +1327,7 @@ int main(int argc, char **argv) {
     RUN(test_local_backpressure);
     RUN(test_driver_shutdown_race);
     RUN(test_cluster);
+    RUN(test_elastic);
     fprintf(stderr, "took %lld ms\n", (long long)(test_now_ms() - t0));
     if (test_failures == 0)
         nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -118,6 +118,11 @@ void hvd_proc_abort_within(hvd_proc *p, int grace_ms);
  * keeper itself was killed). */
 int hvd_proc_exit_signal(const hvd_proc *p);
 
+/* Like hvd_proc_abort without the grace period: SIGKILL to the command's group and every
+ * descendant now (also when an abort is under way). For commands that need no chance to
+ * clean up, such as an elastic job's ranks, restarted from their last commit anyway. */
+void hvd_proc_kill(hvd_proc *p);
+
 /* The child's (the shell's, or the program's) process id; it is also the command's process group
  * and session id. */
 pid_t hvd_proc_pid(const hvd_proc *p);

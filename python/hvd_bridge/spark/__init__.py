@@ -1,4 +1,5 @@
-"""``hvd_bridge.spark.run``: ``horovod.spark.run`` on hvd-bridge. The driver service runs in
+"""``hvd_bridge.spark.run``: ``horovod.spark.run`` on hvd-bridge (and ``run_elastic``,
+``horovod.spark.run_elastic``: see its docstring). The driver service runs in
 this (the Spark driver's) process; the task services run inside PySpark's Python workers, one
 per task of a barrier stage; mpirun reaches them through ``hvd-rsh``; each rank unpickles the
 function, calls it, and sends back its pickled return value."""
@@ -12,21 +13,23 @@ from .. import _core, _job, bin_dir
 _WAIT_TICK_S = 0.2  # the driver thread wakes this often, so that Ctrl-C gets through
 
 
-def _task_fn(addrs, secret, start_timeout, net_timeout, log_level):
-    """The function every Spark task runs: a task service for the partition's index."""
+def _task_fn(addrs, secret, start_timeout, net_timeout, log_level, elastic=False):
+    """The function every Spark task runs: a task service for the partition's index (an
+    elastic one, in a plain stage, for run_elastic)."""
 
     def task(index, iterator):
-        from pyspark import BarrierTaskContext
+        from pyspark import BarrierTaskContext, TaskContext
 
         from hvd_bridge import _core as core
 
-        ctx = BarrierTaskContext.get()
+        ctx = TaskContext.get() if elastic else BarrierTaskContext.get()
         resources = ctx.resources() if ctx is not None else {}
         gpus = list(resources["gpu"].addresses) if "gpu" in resources else None
         # The ranks run in this worker's Python unless the driver names another.
         os.environ["HVD_PYTHON"] = sys.executable
         t = core.Task(index, addrs, secret, gpus=gpus, work_dir=os.getcwd(),
-                      start_timeout=start_timeout, net_timeout=net_timeout, log_level=log_level)
+                      start_timeout=start_timeout, net_timeout=net_timeout, log_level=log_level,
+                      elastic=elastic)
         try:
             code = t.run()
         except core.HvdError as e:
@@ -43,31 +46,34 @@ def _task_fn(addrs, secret, start_timeout, net_timeout, log_level):
 class _SparkJob(threading.Thread):
     """Runs the barrier stage of task services; a failure aborts the driver's job."""
 
-    def __init__(self, sc, group, num_proc, task_fn, driver):
+    def __init__(self, sc, group, num_proc, task_fn, driver, barrier=True):
         super().__init__(name="hvd-bridge spark", daemon=True)
         self.sc, self.group, self.num_proc = sc, group, num_proc
-        self.task_fn, self.driver = task_fn, driver
+        self.task_fn, self.driver, self.barrier = task_fn, driver, barrier
         self.error = None
 
     def run(self):
         try:
             self.sc.setJobGroup(self.group, "hvd_bridge.spark.run", interruptOnCancel=True)
             rdd = self.sc.range(0, self.num_proc, numSlices=self.num_proc)
-            rdd.barrier().mapPartitionsWithIndex(self.task_fn).collect()
+            # An elastic job's tasks come and go one by one (a lost executor's are run again
+            # elsewhere), which a barrier stage would not allow.
+            rdd = rdd.barrier() if self.barrier else rdd
+            rdd.mapPartitionsWithIndex(self.task_fn).collect()
         except Exception as e:  # noqa: BLE001 - any Spark failure ends the job
             self.error = e
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.driver.abort("the Spark job failed: %s" % first[:300])
 
 
-def _run_job(driver, **kw):
-    """driver.run_job on a thread of its own, so that this thread stays interruptible:
+def _run_job(driver, run=None, **kw):
+    """driver.run_job (or run) on a thread of its own, so that this thread stays interruptible:
     Ctrl-C aborts the job (mpirun and the ranks are stopped) and is raised once it is down."""
     box = {}
 
     def target():
         try:
-            box["outcome"] = driver.run_job(**kw)
+            box["outcome"] = (run or driver.run_job)(**kw)
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             box["error"] = e
 
@@ -129,6 +135,73 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
         status, timed_out, stopped = _run_job(driver, bin_dir=bin_dir(), mpi_args=mpi_args,
                                               start_timeout=start, stdout_fd=out.fd,
                                               stderr_fd=err.fd)
+        reason = "the Spark job failed: %s" % spark.error if spark.error else None
+        failure, first_failed = driver.failure()
+        return _job.values_or_raise(driver.results(), status, reason, failure, first_failed)
+    except _core.HvdError as e:
+        if spark.error is not None:
+            raise _job.JobError("%s (the Spark job failed: %s)" % (e, spark.error)) from e
+        raise
+    finally:
+        driver.shutdown_tasks()
+        spark.join(30)
+        if spark.is_alive():
+            sc.cancelJobGroup(group)
+            spark.join(30)
+        driver.stop()
+        out.join(5)
+        err.join(5)
+
+
+def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=None,
+                start_timeout=None, elastic_timeout=None, reset_limit=None, env=None, stdout=None,
+                stderr=None, verbose=1, nics=None, prefix_output_with_timestamp=False,
+                min_num_proc=None, max_num_proc=None, extra_mpi_args=None, executable=None):
+    """Runs ``fn(*args, **kwargs)`` as an elastic job inside the Spark application's executors
+    (``horovod.spark.run_elastic``) and returns the return values of the last launch's ranks
+    in rank order.
+
+    max_np (or max_num_proc; default num_proc) Spark tasks each run an elastic task service,
+    in a plain (not barrier) stage: an executor that is lost takes its tasks' task services
+    with it, the job is reset over the others (between min_np and max_np ranks, min_np
+    defaulting to num_proc), and when Spark runs the lost tasks again elsewhere, the job grows
+    back to them at the ranks' next commit. num_proc (default spark.default.parallelism): the
+    ranks the first launch waits for. fn should use hvd_bridge.torch.elastic (TorchState,
+    @hvd.elastic.run) to commit its state and resume from it; each reset is one line on stderr.
+    elastic_timeout: seconds with fewer than min_np slots before the job fails (default 600);
+    reset_limit: most resets (default: none). The other arguments are run()'s.
+    """
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        raise RuntimeError("Could not find an active SparkContext, are you running in a PySpark "
+                           "session?")
+    num_proc = num_proc or sc.defaultParallelism
+    min_np = min_np or min_num_proc or num_proc
+    max_np = max_np or max_num_proc or max(num_proc, min_np)
+    if not 1 <= min_np <= num_proc <= max_np:
+        raise ValueError("need 1 <= min_np (%d) <= num_proc (%d) <= max_np (%d)" % (
+            min_np, num_proc, max_np))
+    start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600)
+    elastic = _job.timeout_s(elastic_timeout, "HOROVOD_ELASTIC_TIMEOUT", 600)
+    mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
+    driver = _core.Driver(max_np, _job.rank_argv(executable), payload=_job.payload(fn, args,
+                          kwargs or {}), nics=list(nics) if nics else None, verbose=verbose >= 2)
+    group = "hvd_bridge.spark.run_elastic.%d.%d" % (os.getpid(), id(driver))
+    secret = base64.b64decode(driver.job_env()["HVD_SECRET"])
+    task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
+                       "info" if verbose >= 2 else "warn", elastic=True)
+    spark = _SparkJob(sc, group, max_np, task_fn, driver, barrier=False)
+    out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
+    err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
+    spark.start()
+    try:
+        status, timed_out, stopped, resets = _run_job(
+            driver, run=driver.run_elastic, bin_dir=bin_dir(), min_np=min_np, max_np=max_np,
+            np=num_proc, reset_limit=-1 if reset_limit is None else int(reset_limit),
+            elastic_timeout=elastic, mpi_args=mpi_args, start_timeout=start, stdout_fd=out.fd,
+            stderr_fd=err.fd)
         reason = "the Spark job failed: %s" % spark.error if spark.error else None
         failure, first_failed = driver.failure()
         return _job.values_or_raise(driver.results(), status, reason, failure, first_failed)

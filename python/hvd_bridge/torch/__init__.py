@@ -22,6 +22,7 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, HostsUpdatedInterru
                       nccl_built, poll, rank, reducescatter_async, rocm_built, shutdown, size,
                       start_timeline, stop_timeline, synchronize)
 from .optimizer import DistributedOptimizer
+from . import elastic  # noqa: E402 - hvd.elastic.TorchState, @hvd.elastic.run
 from . import mpi_ops as _ops
 
 

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""How fast an elastic job resets (docs/performance.md, "Elastic jobs").
+
+    python3 bench/elastic/elastic_bench.py [--build build] [--hosts 2,4,8] [--runs 3] [--smoke]
+
+Fake hosts on this machine (`hvd-driver run --local`), one task service and one rank each,
+training the elastic SGD example (examples/train_sgd: a step every ~20 ms, a commit every 4
+steps; rank 0 logs each launch's start and each commit with the time). Two measures per
+number of hosts N:
+
+  loss -> resumed    SIGKILL of one host's task service (its orted and rank die with it) to
+                     the first line the ranks of the next launch write, once they restored the
+                     newest commit (so: back in the training loop). Split into detection +
+                     stopping the old launch (kill -> the driver's reset line) and the new
+                     launch (reset line -> ranks training).
+  new host -> training   a host added to the discovery script (N-1 listed at first) to the
+                     first line of the launch that includes it. Split into discovery (the
+                     script runs every second; the host's task service starts and registers:
+                     add -> the driver tells the ranks), the commit boundary (-> the ranks'
+                     last commit), and the relaunch (-> training).
+
+Prints a table (median of --runs, min-max) and writes build/elastic-bench.json. --smoke: one
+run at 2 hosts, for CI.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
+import hvdtest  # noqa: E402
+
+ARGS = None
+
+
+class Job:
+    """hvd-driver run over fake hosts, its stderr lines and rank 0's log timestamped."""
+
+    def __init__(self, d, args):
+        self.mark = uuid.uuid4().hex
+        self.log = os.path.join(d, "train.log")
+        arg = "epochs=400,commit=4,sleep=20,log=" + self.log
+        cmd = ["run", "--verbose"] + args + [
+            "--entry", os.path.join(ARGS.build, "examples", "train_sgd",
+                                    "libhvd_example_train_sgd.so") + ":hvd_example_train_sgd_elastic",
+            "--entry-arg", arg]
+        self.lines = []  # (time, line) of hvd-driver's stderr
+        self.proc = hvdtest.start_driver(os.path.join(ARGS.build, "bin"), cmd,
+                                         hvdtest.marked_env(self.mark), d,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            self.lines.append((time.time(), raw.decode(errors="replace").rstrip()))
+
+    def log_lines(self):
+        try:
+            with open(self.log) as f:
+                return [l.split() for l in f if l.strip()]
+        except OSError:
+            return []
+
+    def starts(self):
+        return [(float(l[0]), int(l[2].split("=")[1])) for l in self.log_lines() if l[1] == "start"]
+
+    def commits(self):
+        return [float(l[0]) for l in self.log_lines() if l[1] == "commit"]
+
+    def wait(self, pred, what, timeout=120):
+        return hvdtest.wait_for(pred, timeout, what)
+
+    def driver_line(self, pattern, after):
+        for t, line in self.lines:
+            if t >= after and re.search(pattern, line):
+                return t
+        return None
+
+    def task_pid(self, index):
+        found = [pid for pid, p in hvdtest.processes_with(self.mark).items()
+                 if os.path.basename(p.argv[0]) == "hvd-task" and
+                 p.argv[p.argv.index("--index") + 1] == str(index)]
+        return [p for p in found if hvdtest.parent_of(p) not in found][0]
+
+    def end(self):
+        hvdtest.stop(self.proc, 20, signal.SIGTERM)
+        hvdtest.assert_no_leftovers(self.mark, 20)
+
+
+def loss(n):
+    """SIGKILL of host n-1's task service -> the next launch's ranks training."""
+    with tempfile.TemporaryDirectory() as d:
+        job = Job(d, ["-np", str(n), "--min-np", "1", "--max-np", str(n), "--local", str(n)])
+        try:
+            job.wait(lambda: len(job.commits()) >= 3, "commits")
+            t_kill = time.time()
+            os.kill(job.task_pid(n - 1), signal.SIGKILL)
+            job.wait(lambda: len(job.starts()) >= 2, "the next launch")
+            t_start = job.starts()[1][0]
+            t_reset = job.wait(lambda: job.driver_line(r"hvd-driver: reset 1:", t_kill), "reset")
+            return {"total": t_start - t_kill, "stop": t_reset - t_kill,
+                    "relaunch": t_start - t_reset, "size": job.starts()[1][1]}
+        finally:
+            job.end()
+
+
+def grow(n):
+    """A host added to the discovery script -> the launch with it training."""
+    with tempfile.TemporaryDirectory() as d:
+        hosts = os.path.join(d, "hosts")
+        names = ["elbench%d" % i for i in range(n)]
+        with open(hosts, "w") as f:
+            f.write("".join(h + ":1\n" for h in names[:-1]))
+        job = Job(d, ["-np", str(n - 1), "--min-np", "1", "--max-np", str(n), "--local", "1",
+                      "--host-discovery-script", "cat " + hosts])
+        try:
+            job.wait(lambda: len(job.commits()) >= 3 and job.starts()[-1][1] == n - 1,
+                     "commits of the first launch")
+            with open(hosts + ".new", "w") as f:
+                f.write("".join(h + ":1\n" for h in names))
+            t_add = time.time()
+            os.rename(hosts + ".new", hosts)
+            job.wait(lambda: any(s[1] == n for s in job.starts()), "the launch with it")
+            t_start = [s[0] for s in job.starts() if s[1] == n][0]
+            t_told = job.driver_line(r"the hosts changed", t_add) or t_add
+            t_commit = max(c for c in job.commits() if c <= t_start)
+            return {"total": t_start - t_add, "discovery": t_told - t_add,
+                    "commit": max(0.0, t_commit - t_told), "relaunch": t_start - t_commit,
+                    "size": n}
+        finally:
+            job.end()
+
+
+def summary(runs, key):
+    v = sorted(r[key] for r in runs)
+    return "%.2f (%.2f-%.2f)" % (statistics.median(v), v[0], v[-1])
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(REPO, "build"), type=os.path.abspath)
+    ap.add_argument("--hosts", default="2,4,8")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true")
+    ARGS = ap.parse_args()
+    if ARGS.smoke:
+        ARGS.hosts, ARGS.runs = "2", 1
+    os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    out = {"load_before": load, "cores": os.cpu_count(), "loss": {}, "grow": {}}
+    print("load average before: %s (%d cores)" % (" ".join(load), os.cpu_count()))
+    for n in [int(x) for x in ARGS.hosts.split(",")]:
+        out["loss"][n] = [loss(n) for _ in range(ARGS.runs)]
+        out["grow"][n] = [grow(n) for _ in range(ARGS.runs)]
+    print("| hosts | loss -> resumed (s) | of which: stop | relaunch | new host -> training (s) "
+          "| of which: discovery | commit | relaunch |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in out["loss"]:
+        l, g = out["loss"][n], out["grow"][n]
+        print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            n, summary(l, "total"), summary(l, "stop"), summary(l, "relaunch"),
+            summary(g, "total"), summary(g, "discovery"), summary(g, "commit"),
+            summary(g, "relaunch")))
+    with open("/proc/loadavg") as f:
+        out["load_after"] = f.read().split()[:3]
+    print("load average after: %s" % " ".join(out["load_after"]))
+    if not ARGS.smoke:
+        with open(os.path.join(ARGS.build, "elastic-bench.json"), "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

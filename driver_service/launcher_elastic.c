@@ -1,0 +1,138 @@
+/* hvd-driver run's elastic jobs (docs/elastic.md): the options into hvd_launch_elastic (the
+ * loop is libhvd_launch's, elastic_launch.c), the fake hosts a discovery script names with
+ * --local, and the report at the end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/proc.h"
+#include "launcher.h"
+
+/* A fake host a discovery script named (--local): its tasks are lt->procs[proc..proc+n). */
+typedef struct fake_host {
+    char hash[HVD_HOST_HASH_MAX];
+    int first, n; /* task indices first..first+n-1 */
+    int proc;
+} fake_host;
+
+typedef struct elastic_job {
+    const launch_opts *o;
+    local_tasks *lt;
+    const launch_dir *dir;
+    char *const *job_env;
+    fake_host *hosts;
+    size_t nhosts;
+    int next_index; /* the next task index a new fake host gets */
+} elastic_job;
+
+static void progress_line(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "hvd-driver: %s\n", line);
+}
+
+/* A discovered name usable as a fake host's host hash: never this machine (mpirun would start
+ * orted there itself, outside every task service). */
+static bool fake_name_ok(const char *name) {
+    char me[256] = "";
+    gethostname(me, sizeof me - 1);
+    return hvd_host_hash_valid(name) && strcmp(name, "localhost") != 0 && strcmp(name, me) != 0;
+}
+
+/* Whether every task of a fake host has ended (killed, say). */
+static bool host_ended(const elastic_job *j, const fake_host *h) {
+    for (int i = h->proc; i < h->proc + h->n; i++)
+        if (hvd_proc_reap(j->lt->procs[i], NULL) == 1) return false;
+    return true;
+}
+
+/* Starts the tasks of a fake host (again, at the same indices, if it had ended). */
+static void start_host(elastic_job *j, fake_host *h) {
+    hvd_err err;
+    h->proc = j->lt->n;
+    if (local_host_start(j->lt, j->o, j->dir, j->job_env, h->hash, h->first, h->n, &err) != 0)
+        fprintf(stderr, "hvd-driver: warning: cannot start the tasks of host %s: %s\n", h->hash,
+                err.msg);
+}
+
+/* The discovery script answered (hvd_elastic_config.on_hosts): new hosts get task services. */
+static void on_hosts(void *user, const hvd_elastic_host *v, size_t n) {
+    elastic_job *j = user;
+    for (size_t i = 0; i < n; i++) {
+        fake_host *h = NULL;
+        for (size_t k = 0; k < j->nhosts && !h; k++)
+            if (!strcmp(j->hosts[k].hash, v[i].name)) h = &j->hosts[k];
+        if (h) {
+            if (host_ended(j, h)) start_host(j, h);
+            continue;
+        }
+        if (!fake_name_ok(v[i].name) || j->next_index + v[i].slots > HVD_ELASTIC_LOCAL_TASKS_MAX) {
+            fprintf(stderr,
+                    "hvd-driver: warning: not starting fake host '%s' (a host hash is 1 "
+                    "to 127 of [A-Za-z0-9_-], not this machine's name; at most %d tasks)\n",
+                    v[i].name, HVD_ELASTIC_LOCAL_TASKS_MAX);
+            continue;
+        }
+        fake_host *g = realloc(j->hosts, (j->nhosts + 1) * sizeof *g);
+        if (!g) continue;
+        j->hosts = g;
+        h = &j->hosts[j->nhosts++];
+        snprintf(h->hash, sizeof h->hash, "%s", v[i].name);
+        h->first = j->next_index;
+        h->n = v[i].slots;
+        j->next_index += v[i].slots;
+        start_host(j, h);
+    }
+}
+
+static hvd_elastic_config elastic_config(const launch_opts *o, elastic_job *j) {
+    hvd_elastic_config ec = {.min_np = o->min_np,
+                             .max_np = o->max_np,
+                             .np = o->np,
+                             .discovery_script = o->discovery_script,
+                             .slots = o->slots,
+                             .reset_limit = o->reset_limit,
+                             .elastic_timeout_s = o->elastic_timeout_s,
+                             .cooldown_min_s = o->cooldown_min_s,
+                             .cooldown_max_s = o->cooldown_max_s,
+                             .progress = progress_line};
+    if (o->local_hosts && o->discovery_script) {
+        ec.on_hosts = on_hosts;
+        ec.on_hosts_user = j;
+    }
+    return ec;
+}
+
+int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, const launch_dir *dir,
+                char *const *job_env) {
+    elastic_job j = {.o = o, .lt = lt, .dir = dir, .job_env = job_env};
+    hvd_launch_config lc = {.exec_bin_dir = o->ssh_bin_dir,
+                            .mpi = o->mpi,
+                            .mpirun = o->mpirun,
+                            .mpi_args = o->mpi_args,
+                            .timeout_s = o->timeout_s,
+                            .start_timeout_ms = o->start_timeout_s * 1000,
+                            .stop = watch_stop_flag(),
+                            .log = launcher_log,
+                            .log_user = (void *)o};
+    hvd_elastic_config ec = elastic_config(o, &j);
+    hvd_launch_outcome out;
+    hvd_elastic_outcome eo;
+    hvd_err err;
+    int rc = hvd_launch_elastic(d, &lc, &ec, &out, &eo, &err);
+    free(j.hosts);
+    char why[512];
+    watch_stop_reason(why, sizeof why);
+    if (rc != 0) {
+        fprintf(stderr, "hvd-driver: %s\n", why[0] ? why : err.msg);
+        return 1;
+    }
+    if (out.timed_out)
+        fprintf(stderr, "hvd-driver: the job ran past --timeout %d s; mpirun was stopped\n",
+                o->timeout_s);
+    if (why[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", why);
+    fprintf(stderr, "hvd-driver: elastic job: %d reset%s; the last launch had %d ranks\n",
+            eo.resets, eo.resets == 1 ? "" : "s", eo.ranks);
+    job_end_info end = {.mpirun = &out, .stopped = why};
+    return report_results(d, o, &end);
+}

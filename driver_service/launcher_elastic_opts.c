@@ -1,0 +1,259 @@
+/* hvd-driver's options for elastic jobs (Horovod's --min-np, --max-np,
+ * --host-discovery-script, --slots, --reset-limit, --elastic-timeout,
+ * --blacklist-cooldown-range) and horovodrun's host flags (-H/--hosts, --hostfile, -p,
+ * --network-interfaces, --output-filename), kept apart from launcher_opts.c, which calls in
+ * here for the options it does not know. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/hostspec.h"
+#include "common/strv.h"
+#include "launcher.h"
+
+const char ELASTIC_USAGE[] =
+    "\n"
+    "Elastic jobs (docs/elastic.md; Horovod's flags). Ranks come and go: whenever the usable\n"
+    "hosts change, the job is reset (mpirun ended and started again over the hosts there are,\n"
+    "between --min-np and --max-np ranks) and the ranks resume from their last commit\n"
+    "(hvd_elastic_commit, or hvd_bridge.torch.elastic). Each reset is one line.\n"
+    "  --min-np N          fewest ranks (default -np); elastic when given\n"
+    "  --max-np N          most ranks (default: every usable slot)\n"
+    "  --host-discovery-script S\n"
+    "                      run S every second; its lines host[:slots] are the usable hosts.\n"
+    "                      With --local, the hosts it names are fake hosts started here\n"
+    "  --slots K           slots of a discovered host that names none (default 1)\n"
+    "  --reset-limit R     end the job after more than R resets (default: no limit)\n"
+    "  --elastic-timeout T end the job when fewer than --min-np slots were usable for T\n"
+    "                      seconds (default 600, or HOROVOD_ELASTIC_TIMEOUT)\n"
+    "  --blacklist-cooldown-range MIN MAX\n"
+    "                      a host whose rank failed is not used for MIN*2^k+U(0,MIN) seconds\n"
+    "                      (its k-th time), at most MAX (default 10 3600)\n"
+    "  -np N               with them: the ranks the first launch waits for (default\n"
+    "                      --min-np); task services: with --local, max(-np, --max-np) of them\n"
+    "\n"
+    "horovodrun's host flags (a horovodrun command line runs as hvd-driver run):\n"
+    "  -H, --hosts LIST    host:slots,...: ssh hosts, as --ssh-hosts; \"localhost:N\" (or this\n"
+    "                      machine's name) runs N local task services, as --local 1\n"
+    "  --hostfile F        the hosts from F, one \"host slots=N\" per line\n"
+    "  -p, --ssh-port P    as --ssh-port\n"
+    "  --network-interfaces a,b  as --nics\n"
+    "  --output-filename DIR     each rank's output in DIR/1/rank.R/stdout and stderr\n"
+    "                            (mpirun's --output-filename)\n"
+    "  COMMAND ARGS        the command may follow the options without --\n";
+
+enum {
+    OPT_MIN_NP = 2000,
+    OPT_MAX_NP,
+    OPT_DISCOVERY,
+    OPT_SLOTS,
+    OPT_RESET_LIMIT,
+    OPT_ELASTIC_TIMEOUT,
+    OPT_COOLDOWN,
+    OPT_HOSTS,
+    OPT_HOSTFILE,
+    OPT_PORT,
+    OPT_NETWORK_INTERFACES,
+    OPT_OUTPUT_FILENAME,
+};
+
+const struct option ELASTIC_LONG_OPTS[] = {
+    {"min-np", required_argument, NULL, OPT_MIN_NP},
+    {"max-np", required_argument, NULL, OPT_MAX_NP},
+    {"host-discovery-script", required_argument, NULL, OPT_DISCOVERY},
+    {"slots", required_argument, NULL, OPT_SLOTS},
+    {"reset-limit", required_argument, NULL, OPT_RESET_LIMIT},
+    {"elastic-timeout", required_argument, NULL, OPT_ELASTIC_TIMEOUT},
+    {"blacklist-cooldown-range", required_argument, NULL, OPT_COOLDOWN},
+    {"H", required_argument, NULL, OPT_HOSTS},
+    {"hosts", required_argument, NULL, OPT_HOSTS},
+    {"hostfile", required_argument, NULL, OPT_HOSTFILE},
+    {"p", required_argument, NULL, OPT_PORT},
+    {"network-interfaces", required_argument, NULL, OPT_NETWORK_INTERFACES},
+    {"network-interface", required_argument, NULL, OPT_NETWORK_INTERFACES},
+    {"output-filename", required_argument, NULL, OPT_OUTPUT_FILENAME},
+    {NULL, 0, NULL, 0},
+};
+
+void elastic_opts_defaults(launch_opts *o) {
+    o->reset_limit = -1;
+    o->elastic_timeout_s = HVD_ELASTIC_TIMEOUT_DEFAULT_S;
+    o->cooldown_min_s = HVD_BLACKLIST_COOLDOWN_MIN_S;
+    o->cooldown_max_s = HVD_BLACKLIST_COOLDOWN_MAX_S;
+    const char *t = getenv(HVD_ELASTIC_TIMEOUT_ENV);
+    if (t && *t) o->elastic_timeout_s = atoi(t) > 0 ? atoi(t) : o->elastic_timeout_s;
+}
+
+/* --blacklist-cooldown-range MIN MAX: MAX is the next word (Horovod takes two values). */
+static int cooldown(const char *v, int argc, char **argv, launch_opts *o) {
+    if (optind >= argc) return launch_opts_usage_error("--blacklist-cooldown-range needs MIN MAX");
+    const char *max = argv[optind++];
+    if (launch_opts_number("--blacklist-cooldown-range MIN", v, 1, 3600, &o->cooldown_min_s) ||
+        launch_opts_number("--blacklist-cooldown-range MAX", max, 1, 3600, &o->cooldown_max_s))
+        return 2;
+    if (o->cooldown_max_s < o->cooldown_min_s)
+        return launch_opts_usage_error("--blacklist-cooldown-range needs MIN <= MAX");
+    return 0;
+}
+
+int elastic_opts_take(int c, const char *v, int argc, char **argv, launch_opts *o) {
+    switch (c) {
+    case OPT_MIN_NP:
+        o->elastic = true;
+        return launch_opts_number("--min-np", v, 1, 1 << 20, &o->min_np);
+    case OPT_MAX_NP:
+        o->elastic = true;
+        return launch_opts_number("--max-np", v, 1, 1 << 20, &o->max_np);
+    case OPT_DISCOVERY:
+        o->elastic = true;
+        o->discovery_script = v;
+        return 0;
+    case OPT_SLOTS:
+        return launch_opts_number("--slots", v, 1, 1 << 20, &o->slots);
+    case OPT_RESET_LIMIT:
+        return launch_opts_number("--reset-limit", v, 0, 1 << 30, &o->reset_limit);
+    case OPT_ELASTIC_TIMEOUT:
+        return launch_opts_number("--elastic-timeout", v, 1, 1 << 30, &o->elastic_timeout_s);
+    case OPT_COOLDOWN:
+        return cooldown(v, argc, argv, o);
+    case OPT_HOSTS:
+        o->hosts = v;
+        return 0;
+    case OPT_HOSTFILE:
+        o->hostfile = v;
+        return 0;
+    case OPT_PORT:
+        return launch_opts_number("-p", v, 1, 65535, &o->ssh_port);
+    case OPT_NETWORK_INTERFACES:
+        o->nics = v;
+        return 0;
+    case OPT_OUTPUT_FILENAME:
+        o->output_dir = v;
+        return 0;
+    default: /* an option in a table without a case */
+        return launch_opts_usage_error("an option is not handled (a bug in hvd-driver)");
+    }
+}
+
+/* ---- horovodrun's hosts ---------------------------------------------------------------------- */
+
+/* Horovod's hostfile: "host slots=N" per line (# comments), as "host:N,...". */
+static int read_hostfile(launch_opts *o) {
+    FILE *f = fopen(o->hostfile, "r");
+    if (!f) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "cannot read --hostfile %s: %s", o->hostfile, strerror(errno));
+        return launch_opts_usage_error(msg);
+    }
+    hvd_strb b = {0};
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "#\r\n")] = '\0';
+        char *host = strtok(line, " \t");
+        if (!host) continue;
+        long slots = 1;
+        for (char *w; (w = strtok(NULL, " \t")) != NULL;)
+            if (strncmp(w, "slots=", 6) == 0) slots = strtol(w + 6, NULL, 10);
+        hvd_strb_addf(&b, "%s:%ld", host, slots > 0 ? slots : 1);
+    }
+    fclose(f);
+    char **v = hvd_strb_finish(&b);
+    o->hosts_buf = v ? hvd_strv_join((const char *const *)v, ",") : NULL;
+    hvd_strv_free(v);
+    if (!o->hosts_buf || !o->hosts_buf[0])
+        return launch_opts_usage_error("--hostfile names no host");
+    o->hosts = o->hosts_buf;
+    return 0;
+}
+
+/* Whether name is this machine. */
+static bool is_this_machine(const char *name) {
+    char me[256] = "";
+    gethostname(me, sizeof me - 1);
+    return !strcmp(name, "localhost") || !strcmp(name, "127.0.0.1") || !strcmp(name, me);
+}
+
+/* -H localhost:N (or this machine's name): N local task services; else ssh hosts. */
+static int take_hosts(launch_opts *o) {
+    if (o->hostfile && o->hosts)
+        return launch_opts_usage_error("give -H/--hosts or --hostfile, not both");
+    if (o->hostfile && read_hostfile(o) != 0) return 2;
+    if (!o->hosts) return 0;
+    if (o->ssh_hosts || o->local_hosts)
+        return launch_opts_usage_error("-H/--hosts excludes --ssh-hosts and --local");
+    hvd_hostspec hs;
+    hvd_err err;
+    if (!strchr(o->hosts, ',') &&
+        hvd_hostspec_parse(o->hosts, strlen(o->hosts), "slots", 1, 1 << 20, &hs, &err) == 0 &&
+        is_this_machine(hs.host)) {
+        o->local_hosts = 1;
+        if (o->np == 0) o->np = hs.number > 0 ? (int)hs.number : 1;
+        return 0;
+    }
+    o->ssh_hosts = o->hosts;
+    return 0;
+}
+
+/* --output-filename DIR: mpirun writes DIR/1/rank.R/{stdout,stderr} (an absolute path: mpirun
+ * runs in another directory than the user typed it in). */
+static int take_output(launch_opts *o) {
+    if (!o->output_dir) return 0;
+    char *abs = o->output_dir[0] == '/' ? strdup(o->output_dir) : NULL;
+    if (!abs) {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd)) return launch_opts_usage_error("cannot get the directory");
+        size_t n = strlen(cwd) + strlen(o->output_dir) + 2;
+        if ((abs = malloc(n))) snprintf(abs, n, "%s/%s", cwd, o->output_dir);
+    }
+    if (!abs) return launch_opts_usage_error("out of memory");
+    o->output_arg = abs;
+    o->mpi_args[o->n_mpi_args++] = "--output-filename";
+    o->mpi_args[o->n_mpi_args++] = o->output_arg;
+    return 0;
+}
+
+/* ---- elastic ----------------------------------------------------------------------------- */
+
+static int check_elastic(launch_opts *o) {
+    if (!o->elastic) {
+        if (o->max_np || o->slots || o->reset_limit >= 0)
+            return launch_opts_usage_error(
+                "--max-np, --slots and --reset-limit go with --min-np or --host-discovery-script");
+        return 0;
+    }
+    if (o->serve) return launch_opts_usage_error("serve runs no elastic jobs: use run");
+    if (o->min_np == 0) o->min_np = o->np;
+    if (o->min_np == 0) return launch_opts_usage_error("an elastic job needs -np N or --min-np N");
+    if (o->np == 0) o->np = o->min_np;
+    if (o->max_np && (o->max_np < o->min_np || o->max_np < o->np))
+        return launch_opts_usage_error("--max-np must be at least --min-np and -np");
+    if (o->np < o->min_np) return launch_opts_usage_error("-np must be at least --min-np");
+    if (o->discovery_script && o->ssh_hosts)
+        return launch_opts_usage_error(
+            "a host discovery script with ssh hosts is not supported yet: use --local, or task "
+            "services that register themselves");
+    return 0;
+}
+
+int elastic_opts_finish(launch_opts *o) {
+    int rc = take_hosts(o);
+    if (rc == 0) rc = take_output(o);
+    if (rc == 0) rc = check_elastic(o);
+    return rc;
+}
+
+int launch_task_slots(const launch_opts *o) {
+    if (!o->elastic) return o->np;
+    if (o->local_hosts && o->discovery_script) return HVD_ELASTIC_LOCAL_TASKS_MAX;
+    return o->max_np > o->np ? o->max_np : o->np;
+}
+
+void elastic_opts_free(launch_opts *o) {
+    free(o->hosts_buf);
+    free(o->output_arg);
+    o->hosts_buf = o->output_arg = NULL;
+}

@@ -1,0 +1,243 @@
+"""hvd_bridge.torch.elastic: horovod.torch.elastic's API on hvd-bridge's elastic jobs
+(docs/elastic.md). With ``import hvd_bridge.torch as hvd``::
+
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, epoch=0, batch=0)
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            for state.batch in range(state.batch, batches):
+                step(...)
+                if state.batch % 10 == 0:
+                    state.commit()          # raises HostsUpdatedInterrupt when hosts changed
+            state.batch = 0
+
+    train(state)
+
+Open MPI cannot grow or shrink a job, so a reset restarts the ranks: ``commit()`` sends the
+state (model, optimizer, and the keyword attributes) to this rank's task service, which
+outlives the ranks, and ``@run`` starts by restoring the newest commit that survives (in sync
+on every rank) before calling the function. When the hosts change, or a collective fails
+because a rank went away, the rank ends at once with status 75 and the driver resets the job.
+Outside an elastic job nothing is committed anywhere and the function runs once, as with a
+plain ``hvd.init()``.
+"""
+import copy
+import functools
+import io
+import os
+import sys
+
+import torch
+
+from .. import _runtime as _rt
+from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .mpi_ops import (HorovodInternalError, HostsUpdatedInterrupt, init, is_initialized, rank,
+                      shutdown)
+
+#: The status a rank ends with for a reset (HVD_ELASTIC_EXIT_RESET of include/hvd/defaults.h).
+RESET_STATUS = 75
+
+
+class State:
+    """State kept across resets (Horovod's horovod.common.elastic.State)."""
+
+    def __init__(self):
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions to call after a reset (when ranks were added or removed), before the
+        training function runs again: e.g. to scale the learning rate with the new size."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Saves the state in memory and in this rank's task service (the same on every rank,
+        at the same point), then checks for host changes: raises HostsUpdatedInterrupt when
+        there were some. Commits cost a copy and a transfer: commit every few batches."""
+        self.save()
+        self._store()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises HostsUpdatedInterrupt when the driver says hosts came or are leaving
+        (collective: every rank raises at the same point)."""
+        if _rt.elastic_check_host_updates():
+            raise HostsUpdatedInterrupt(False)
+
+    def save(self):
+        """Saves the state in memory."""
+        raise NotImplementedError()
+
+    def restore(self):
+        """Goes back to the last saved state, undoing what came after."""
+        raise NotImplementedError()
+
+    def sync(self):
+        """Makes every rank's state rank 0's."""
+        raise NotImplementedError()
+
+    # ---- what travels to the task service ----
+
+    def _state_dict(self):
+        """The saved state, for torch.save."""
+        raise NotImplementedError()
+
+    def _load_state_dict(self, saved):
+        raise NotImplementedError()
+
+    def _store(self):
+        buf = io.BytesIO()
+        torch.save(self._state_dict(), buf)
+        _rt.elastic_save(buf.getvalue())
+
+    def _restore_committed(self):
+        """Loads the newest commit that survives, on every rank (collective). Returns whether
+        there was one."""
+        blob = _rt.elastic_restore()
+        if blob is None:
+            return False
+        self._load_state_dict(torch.load(io.BytesIO(blob), weights_only=False))
+        self.save()
+        return True
+
+
+class ObjectState(State):
+    """Plain Python attributes, given as keyword arguments (Horovod's ObjectState)."""
+
+    def __init__(self, bcast_object=broadcast_object, get_rank=rank, **kwargs):
+        self._bcast_object = bcast_object
+        self._get_rank = get_rank
+        self._saved_state = kwargs
+        self._set_attrs()
+        super().__init__()
+
+    def save(self):
+        self._saved_state = {attr: getattr(self, attr) for attr in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for attr, value in self._saved_state.items():
+            setattr(self, attr, value)
+
+    def _state_dict(self):
+        return {"objects": self._saved_state}
+
+    def _load_state_dict(self, saved):
+        self._saved_state = saved["objects"]
+        self._set_attrs()
+
+
+class TorchState(ObjectState):
+    """A model, an optimizer and keyword attributes (Horovod's TorchState)."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        self.model = model
+        self.optimizer = optimizer
+        self._saved_model = self._saved_optimizer = None
+        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
+        self._save_torch()
+
+    def _save_torch(self):
+        if self.model is not None:
+            self._saved_model = copy.deepcopy(self.model.state_dict())
+        if self.optimizer is not None:
+            self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+
+    def save(self):
+        self._save_torch()
+        super().save()
+
+    def restore(self):
+        if self.model is not None:
+            self.model.load_state_dict(self._saved_model)
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(self._saved_optimizer)
+        super().restore()
+
+    def sync(self):
+        if self.model is not None:
+            broadcast_parameters(self.model.state_dict(), root_rank=0)
+        if self.optimizer is not None:
+            broadcast_optimizer_state(self.optimizer, root_rank=0, model=self.model)
+        super().sync()
+
+    def _state_dict(self):
+        out = super()._state_dict()
+        out.update(model=self._saved_model, optimizer=self._saved_optimizer)
+        return out
+
+    def _load_state_dict(self, saved):
+        if self.model is not None and saved.get("model") is not None:
+            self.model.load_state_dict(saved["model"])
+        if self.optimizer is not None and saved.get("optimizer") is not None:
+            self.optimizer.load_state_dict(saved["optimizer"])
+        super()._load_state_dict(saved)
+
+
+def _epoch():
+    try:
+        return int(os.environ.get("HVD_ELASTIC_EPOCH", "0"))
+    except ValueError:
+        return 0
+
+
+def _end_for_reset(why, together):
+    """Ends this rank for a reset: the driver starts the job again over the hosts it has. When
+    every rank ends at the same point (together: the hosts changed), the runtime is shut down
+    first, so that mpirun sees a clean end instead of aborting the job."""
+    sys.stderr.write("hvd_bridge.torch.elastic: rank %d ends for a reset (%s)\n" % (rank(), why))
+    if together:
+        shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed stream must not keep the rank alive
+            pass
+    os._exit(RESET_STATUS)
+
+
+def run(func):
+    """Decorator of the training function ``func(state, *args, **kwargs)``: starts the runtime
+    if needed, restores the newest commit that survives (or, on a fresh start, syncs the state
+    from rank 0), calls the reset callbacks after a reset, and runs the function. When the
+    hosts change (HostsUpdatedInterrupt at a commit) or a collective fails because a rank went
+    away (HorovodInternalError), the rank ends with status 75 and the job is reset: Horovod
+    retries in the same process, hvd-bridge restarts the ranks (Open MPI cannot resize a job).
+    """
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        if not is_initialized():
+            init()
+        elastic = bool(_rt.elastic_enabled())
+        try:
+            if not state._restore_committed():
+                state.sync()
+                state.save()
+            if _epoch() > 1:
+                state.on_reset()
+            return func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt:
+            if not elastic:
+                raise
+            _end_for_reset("the hosts changed", True)
+        except HorovodInternalError as e:
+            if not elastic:
+                raise
+            _end_for_reset("a collective failed: %s" % e, False)
+
+    return wrapper
+
+
+__all__ = ["run", "State", "ObjectState", "TorchState", "RESET_STATUS"]

@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Elastic jobs end to end: real mpirun, real task services, real SIGKILLs.
+
+    test_elastic.py --bin DIR --train-lib LIB [CASE...]
+
+Every job is `hvd-driver run --min-np ... --local ...` training the elastic SGD example
+(examples/train_sgd: hvd_example_train_sgd_elastic), which commits every 4 steps and whose rank
+0 appends "start ..." and "commit ..." lines to a log file; the cases wait on those lines (no
+sleeps stand for assertions). The final weights are compared with an undisturbed run over the
+same samples: every step's global batch is the same whatever the number of ranks, so they
+agree up to floating-point summation order. Every process carries HVD_E2E_MARK=<random>, and
+after each case /proc is scanned: nothing of the job may be left, whatever happened.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import hvdtest  # noqa: E402
+from hvdtest import check  # noqa: E402
+
+ARGS = None
+TOL = 1e-9        # weights after a kill and a grow vs an undisturbed run (relative)
+JOB_LIMIT = 90    # seconds a job may take here (a loaded 2-core machine)
+# Under ASan, the ranks (the example's MPI inside hvd-exec) leave leak checking to the
+# runtime's own tests: Open MPI's unloaded plugins cannot be told apart (as in
+# tests/runtime/run_train_sgd.sh). The driver and the task services keep theirs.
+RANK_ASAN = ["--mpi-arg", "-x", "--mpi-arg",
+             "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1"]
+
+
+def sgd_arg(log, epochs=6, sleep=15, **extra):
+    kv = dict(epochs=epochs, commit=4, sleep=sleep, log=log, **extra)
+    return ",".join("%s=%s" % (k, v) for k, v in kv.items())
+
+
+class Job:
+    """One hvd-driver run in a directory of its own, its processes marked."""
+
+    def __init__(self, d, args, entry_arg, mark=None):
+        self.dir = d
+        self.mark = mark or uuid.uuid4().hex
+        self.log = os.path.join(d, "train.log")
+        self.results = os.path.join(d, "results.json")
+        self.err = open(os.path.join(d, "driver.err"), "w+b")
+        cmd = ["run", "--results-json", self.results] + list(args) + RANK_ASAN + [
+            "--entry", ARGS.train_lib + ":hvd_example_train_sgd_elastic",
+            "--entry-arg", entry_arg]
+        self.t0 = time.time()
+        self.proc = hvdtest.start_driver(ARGS.bin, cmd, hvdtest.marked_env(self.mark, ARGS.bin),
+                                         d, stdout=subprocess.DEVNULL, stderr=self.err)
+
+    def lines(self):
+        try:
+            with open(self.log) as f:
+                return [l.split() for l in f if l.strip()]
+        except OSError:
+            return []
+
+    def commits(self):
+        """Commit ids written so far."""
+        return [int(l[2][3:]) for l in self.lines() if len(l) > 2 and l[1] == "commit"]
+
+    def starts(self):
+        """(time, size, commit) of every launch's start."""
+        out = []
+        for l in self.lines():
+            if l[1] == "start":
+                kv = dict(w.split("=") for w in l[2:])
+                out.append((float(l[0]), int(kv["size"]), int(kv["commit"])))
+        return out
+
+    def wait_commit(self, n, what):
+        hvdtest.wait_for(lambda: any(c >= n for c in self.commits()), JOB_LIMIT,
+                         "%s (commit %d in %s)" % (what, n, self.log))
+
+    def stderr(self):
+        self.err.seek(0)
+        return self.err.read().decode(errors="replace")
+
+    def finish(self):
+        """Waits for hvd-driver; returns (status, its stderr)."""
+        try:
+            rc = self.proc.wait(timeout=JOB_LIMIT)
+        except subprocess.TimeoutExpired:
+            hvdtest.stop(self.proc, 5, signal.SIGTERM)
+            raise hvdtest.Failure("hvd-driver still ran after %d s:\n%s" % (JOB_LIMIT,
+                                                                             self.stderr()[-3000:]))
+        return rc, self.stderr()
+
+    def weights(self):
+        with open(self.results) as f:
+            res = json.load(f)
+        text = res["ranks"][0]["result_text"]
+        return [float(w) for w in text.split()[:-1]], res
+
+    def task_pids(self, indices):
+        """The hvd-task processes of these indices (not their keepers, forks that keep the
+        argv: children of an hvd-task)."""
+        found = [pid for pid, p in hvdtest.processes_with(self.mark).items()
+                 if os.path.basename(p.argv[0]) == "hvd-task" and "--index" in p.argv and
+                 int(p.argv[p.argv.index("--index") + 1]) in indices]
+        return [pid for pid in found if hvdtest.parent_of(pid) not in found]
+
+    def close(self):
+        if self.proc.poll() is None:
+            hvdtest.stop(self.proc, 10, signal.SIGTERM)
+        self.err.close()
+        hvdtest.assert_no_leftovers(self.mark)
+
+
+def reference(d, epochs=6):
+    """The weights of an undisturbed 4-rank run over the same samples."""
+    job = Job(d, ["-np", "4", "--min-np", "4", "--local", "2"],
+              sgd_arg(os.path.join(d, "ref.log"), epochs=epochs, sleep=0))
+    try:
+        rc, err = job.finish()
+        check(rc == 0, "the undisturbed run failed (%d):\n%s" % (rc, err[-3000:]))
+        return job.weights()[0]
+    finally:
+        job.close()
+
+
+def same_weights(got, ref):
+    worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(got, ref))
+    check(len(got) == len(ref) and worst <= TOL,
+          "weights differ from the undisturbed run by %.3g (tolerance %g):\n%s\n%s" % (
+              worst, TOL, got, ref))
+
+
+def reset_lines(err):
+    return [l for l in err.splitlines() if re.match(r"hvd-driver: reset \d+:", l)]
+
+
+# ---- cases ----------------------------------------------------------------------------------
+
+def test_kill_host():
+    """SIGKILL both task services of one fake host (and with them its orted and ranks) in the
+    middle of training, --min-np 2 --max-np 4: the job goes on with the other host's ranks from
+    the last commit, ends with the weights of an undisturbed run, and the lost host's ranks
+    are not blamed."""
+    with tempfile.TemporaryDirectory() as d:
+        ref = reference(d)
+        job = Job(d, ["-np", "4", "--min-np", "2", "--max-np", "4", "--local", "2"],
+                  sgd_arg(os.path.join(d, "train.log")))
+        try:
+            job.wait_commit(3, "the first launch committing")
+            victims = job.task_pids({2, 3})
+            check(len(victims) == 2, "the two task services of the second host: %s" % victims)
+            hvdtest.kill(victims)
+            rc, err = job.finish()
+            check(rc == 0, "the job failed after losing a host (%d):\n%s" % (rc, err[-4000:]))
+            resets = reset_lines(err)
+            check(len(resets) == 1 and "went away" in resets[0] and "now 2 ranks" in resets[0],
+                  "one reset line naming the lost task and the new size: %s" % resets)
+            check(re.search(r"resuming from commit \d+", resets[0]),
+                  "the reset names the commit it resumes from: %s" % resets[0])
+            check("job failed" not in err and "blacklisted" not in err,
+                  "the lost host is not blamed:\n%s" % err[-3000:])
+            starts = job.starts()
+            check([s[1] for s in starts] == [4, 2] and starts[1][2] >= 3,
+                  "4 ranks, then 2 from commit >= 3: %s" % starts)
+            got, res = job.weights()
+            check(len(res["ranks"]) == 2, "the last launch's 2 ranks report: %s" % res["ranks"])
+            same_weights(got, ref)
+        finally:
+            job.close()
+
+
+def test_grow():
+    """A discovery script that adds a host mid-run: the job grows to it at the next commit
+    (the ranks end with status 75, the driver relaunches over both hosts) and ends with the
+    weights of an undisturbed run."""
+    with tempfile.TemporaryDirectory() as d:
+        ref = reference(d)
+        hosts = os.path.join(d, "hosts")
+        with open(hosts, "w") as f:
+            f.write("elgrowA:2\n")
+        job = Job(d, ["--min-np", "2", "--max-np", "4", "--local", "1",
+                      "--host-discovery-script", "cat " + hosts],
+                  sgd_arg(os.path.join(d, "train.log")))
+        try:
+            job.wait_commit(2, "the first launch committing")
+            with open(hosts + ".new", "w") as f:
+                f.write("elgrowA:2\nelgrowB:2\n")
+            os.rename(hosts + ".new", hosts)
+            rc, err = job.finish()
+            check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
+            resets = reset_lines(err)
+            check(len(resets) == 1 and "came: elgrowB" in resets[0] and "now 4 ranks" in resets[0],
+                  "one reset that adds elgrowB: %s" % resets)
+            starts = job.starts()
+            check([s[1] for s in starts] == [2, 4], "2 ranks, then 4: %s" % starts)
+            commits = job.commits()
+            # The grow happens at a commit: the new launch starts from the last one made.
+            check(starts[1][2] == max(c for c in commits if c <= starts[1][2]),
+                  "resumed from the commit the ranks ended at: %s %s" % (starts, commits))
+            got, res = job.weights()
+            check(len(res["ranks"]) == 4, "4 ranks report: %s" % res["ranks"])
+            same_weights(got, ref)
+        finally:
+            job.close()
+
+
+def test_blacklist():
+    """A host whose ranks fail is blacklisted for its cool-down: the job goes on without it and
+    never uses it again within the cool-down."""
+    with tempfile.TemporaryDirectory() as d:
+        hosts = os.path.join(d, "hosts")
+        with open(hosts, "w") as f:
+            f.write("elblA:1\nelblBad:1\nelblC:1\n")
+        job = Job(d, ["--min-np", "2", "--max-np", "2", "--local", "1",
+                      "--host-discovery-script", "cat " + hosts,
+                      "--blacklist-cooldown-range", "60", "120"],
+                  sgd_arg(os.path.join(d, "train.log"), epochs=2, sleep=0, fail_host="elblBad"))
+        try:
+            rc, err = job.finish()
+            check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
+            resets = reset_lines(err)
+            check(len(resets) == 1, "one reset: %s" % resets)
+            check(re.search(r"on host elblBad\) failed with status 3.*host elblBad blacklisted "
+                            r"for \d+ s", resets[0]), "the reset blames elblBad: %s" % resets[0])
+            secs = int(re.search(r"blacklisted for (\d+) s", resets[0]).group(1))
+            check(60 <= secs <= 120, "a cool-down within the range: %d" % secs)
+            check("came: elblC" in resets[0] and "now 2 ranks on elblA:1,elblC:1" in resets[0],
+                  "the next launch uses elblA and elblC: %s" % resets[0])
+            _, res = job.weights()
+            check(sorted(r["host_hash"] for r in res["ranks"]) == ["elblA", "elblC"],
+                  "elblBad is not used again: %s" % res["ranks"])
+            check(time.time() - job.t0 < secs, "the job ended within the cool-down")
+        finally:
+            job.close()
+
+
+def test_reset_limit():
+    """Rank 1 fails at every launch: each reset blacklists its host; the second reset is more
+    than --reset-limit 1: one clear line, a non-zero exit, nothing left running."""
+    with tempfile.TemporaryDirectory() as d:
+        hosts = os.path.join(d, "hosts")
+        with open(hosts, "w") as f:
+            f.write("elrl0:1\nelrl1:1\nelrl2:1\nelrl3:1\n")
+        job = Job(d, ["--min-np", "2", "--max-np", "2", "--local", "1", "--reset-limit", "1",
+                      "--host-discovery-script", "cat " + hosts],
+                  sgd_arg(os.path.join(d, "train.log"), epochs=2, sleep=0, fail_rank=1))
+        try:
+            rc, err = job.finish()
+            check(rc != 0, "the job must fail:\n%s" % err[-3000:])
+            last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1]
+            check("reset 2 times, more than --reset-limit 1 allows" in last,
+                  "the last line says why: %s" % last)
+            check(len(reset_lines(err)) == 1, "one reset ran: %s" % reset_lines(err))
+        finally:
+            job.close()
+
+
+def test_elastic_timeout():
+    """Fewer than --min-np slots for longer than --elastic-timeout: one clear line, a non-zero
+    exit, nothing left running."""
+    with tempfile.TemporaryDirectory() as d:
+        job = Job(d, ["-np", "2", "--min-np", "2", "--local", "2", "--elastic-timeout", "3"],
+                  sgd_arg(os.path.join(d, "train.log"), epochs=40, sleep=20))
+        try:
+            job.wait_commit(2, "the first launch committing")
+            hvdtest.kill(job.task_pids({1}))
+            t_kill = time.time()
+            rc, err = job.finish()
+            took = time.time() - t_kill
+            check(rc != 0, "the job must fail:\n%s" % err[-3000:])
+            last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1]
+            check("only 1 slot(s) were usable for 3 s, and 2 are needed" in last and
+                  "--elastic-timeout 3 s" in last, "the last line says why: %s" % last)
+            check(3 <= took < 30, "failed %.1f s after the loss (3 s timeout)" % took)
+        finally:
+            job.close()
+
+
+def test_registered_tasks():
+    """Task services that register themselves (as Spark executors do): a task that registers
+    mid-run is a host coming (the job grows at the next commit), a task killed is a host
+    going (the job goes on without it); the weights are an undisturbed run's."""
+    with tempfile.TemporaryDirectory() as d:
+        ref = reference(d, epochs=8)
+        job = Job(d, ["-np", "2", "--min-np", "2", "--max-np", "3", "--start-timeout", "60"],
+                  sgd_arg(os.path.join(d, "train.log"), epochs=8))
+        tasks = []
+        try:
+            env = dict(hvdtest.marked_env(job.mark, ARGS.bin),
+                       **hvdtest.task_hint(job.proc, errfile=job.err))
+            check("--elastic" in job.stderr(), "the hint says --elastic: %s" % job.stderr())
+
+            def start(i, host):
+                work = os.path.join(d, "task%d" % i)
+                os.makedirs(work)
+                tasks.append(hvdtest.start_task(ARGS.bin, i, env, host=host, cwd=work,
+                                                args=["--elastic", "--min-lifetime", "0"]))
+            start(0, "elregA")
+            start(1, "elregB")
+            job.wait_commit(2, "the first launch committing")
+            start(2, "elregC")
+            hvdtest.wait_for(lambda: any(s[1] == 3 for s in job.starts()), JOB_LIMIT,
+                             "the job growing to the third task")
+            job.wait_commit(max(job.commits()) + 1, "the grown job committing")
+            hvdtest.kill([tasks[1].pid])
+            rc, err = job.finish()
+            check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
+            resets = reset_lines(err)
+            check(len(resets) == 2 and "came: elregC" in resets[0] and
+                  "hosts left: elregB" in resets[1] and "now 2 ranks" in resets[1],
+                  "a grow to elregC, then elregB lost: %s" % resets)
+            check([s[1] for s in job.starts()] == [2, 3, 2], "sizes: %s" % job.starts())
+            same_weights(job.weights()[0], ref)
+        finally:
+            for t in tasks:
+                hvdtest.stop(t, 10, signal.SIGTERM)
+            job.close()
+
+
+def test_cannot_start():
+    """A job whose launches end before any rank reports (mpirun refuses an argument) fails
+    after 3 of them with one line, instead of resetting forever."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, _ = hvdtest.run(
+            [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "--min-np", "2", "--local",
+             "2", "--mpi-arg", "--no-such-mpirun-flag", "--", "true"],
+            hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+        check(rc != 0, "the job must fail:\n%s" % se[-3000:])
+        last = [l for l in se.splitlines() if l.startswith("hvd-driver:")][-1]
+        check("3 launches in a row ended before any rank reported" in last,
+              "the last line says why: %s" % last)
+    hvdtest.assert_no_leftovers(mark)
+
+
+def test_horovodrun_flags():
+    """horovodrun's command line: -H localhost:N runs local task services, --output-filename
+    writes one log per rank, and the command may follow the options without --."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "logs")
+        hostfile = os.path.join(d, "hostfile")
+        with open(hostfile, "w") as f:
+            f.write("# Horovod's format\nlocalhost slots=2\n")
+        for hosts in (["-H", "localhost:2"], ["--hostfile", hostfile]):
+            rc, so, se, _ = hvdtest.run(
+                [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2"] + hosts +
+                ["--output-filename", "logs", "--network-interfaces", "lo", "sh", "-c",
+                 "echo out-$OMPI_COMM_WORLD_RANK; echo err-$OMPI_COMM_WORLD_RANK >&2"],
+                hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+            check(rc == 0, "%s failed (%d):\n%s\n%s" % (hosts, rc, so, se))
+            for r in (0, 1):
+                path = os.path.join(out, "1", "rank.%d" % r, "stdout")
+                check(os.path.exists(path), "%s exists (%s)" % (path, os.listdir(out)))
+                with open(path) as f:
+                    check("out-%d" % r in f.read(), "rank %d's stdout in %s" % (r, path))
+    hvdtest.assert_no_leftovers(mark)
+
+
+CASES = hvdtest.cases_in(globals())
+
+
+def main():
+    global ARGS
+    ap = hvdtest.arg_parser("--bin", "--train-lib")
+    ap.add_argument("cases", nargs="*")
+    ARGS = ap.parse_args()
+    return hvdtest.run_cases(CASES, ARGS.cases)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
