@@ -178,25 +178,36 @@ def children(pid):
 
 
 class HelperSampler(threading.Thread):
-    """Samples VmHWM of the direct children of the task service processes (the per-command
-    helper: Horovod's spawn middleman and resource tracker, our keeper) until stopped; keeps
-    the largest per-task sum."""
+    """Samples, until stopped, the VmHWM of the task service processes themselves and of their
+    direct children (the per-command helper: Horovod's spawn middleman and resource tracker,
+    our keeper); keeps each task's largest VmHWM and the largest per-task sum of its helpers'.
+    A task that was never read, or whose helpers never were, stays None: the caller fails the
+    run then, never counts a zero (an hvd-task ends as soon as the job is over, so reading it
+    afterwards finds nothing)."""
 
     def __init__(self, pids):
         super().__init__(daemon=True)
         self.pids = pids
-        self.peak = {p: 0 for p in pids}
+        self.task = {p: None for p in pids}
+        self.peak = {p: None for p in pids}
         self.stop = threading.Event()
 
     def run(self):
         seen = {p: {} for p in self.pids}
-        while not self.stop.is_set():
+        while True:
+            last = self.stop.is_set()
             for p in self.pids:
+                v = proc_status(p, "VmHWM")
+                if v:
+                    self.task[p] = max(self.task[p] or 0, v)
                 for c in children(p):
                     v = proc_status(c, "VmHWM")
                     if v:
                         seen[p][c] = max(seen[p].get(c, 0), v)
-                self.peak[p] = max(self.peak[p], sum(seen[p].values()))
+                if seen[p]:
+                    self.peak[p] = max(self.peak[p] or 0, sum(seen[p].values()))
+            if last:
+                return
             time.sleep(0.005)
 
 
@@ -268,7 +279,6 @@ class Compare:
             dt, rc, out = self.mpirun("h0:1,h1:1", 2, agent, rank, svc.env(), d)
             sampler.stop.set()
             sampler.join()
-            task_hwm = [proc_status(p, "VmHWM") or 0 for p in task_pids]
             outs = svc.task_outputs() if system == "horovod" else []
             if system == "horovod" and not all("done" in o and "exit 0" in o for o in outs):
                 rc = rc or 1
@@ -281,12 +291,15 @@ class Compare:
                         found[kind] += [int(l.split()[0]) for l in f if l.strip()]
         finally:
             svc.close()
-        ok = rc == 0 and len(found["agent"]) == 2 and len(found["rank"]) == 2
-        why = "rc=%d agents=%d ranks=%d %s" % (rc, len(found["agent"]), len(found["rank"]), out)
-        self.record("rss/%s/agent" % system, ok, max(found["agent"] or [0]), why)
-        self.record("rss/%s/task" % system, ok, max(task_hwm), why)
-        self.record("rss/%s/helper" % system, ok, max(sampler.peak.values()), why)
-        self.record("rss/%s/rank" % system, ok, max(found["rank"] or [0]), why)
+        tasks = list(sampler.task.values())
+        helpers = list(sampler.peak.values())
+        ok = rc == 0 and len(found["agent"]) == 2 and len(found["rank"]) == 2 and None not in tasks + helpers
+        why = "rc=%d agents=%d ranks=%d, task services sampled %s, their helpers %s: %s" % (
+            rc, len(found["agent"]), len(found["rank"]), tasks, helpers, out)
+        self.record("rss/%s/agent" % system, ok, ok and max(found["agent"]), why)
+        self.record("rss/%s/task" % system, ok, ok and max(tasks), why)
+        self.record("rss/%s/helper" % system, ok, ok and max(helpers), why)
+        self.record("rss/%s/rank" % system, ok, ok and max(found["rank"]), why)
 
     def rss(self):
         for r in range(self.a.rss_runs):
