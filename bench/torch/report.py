@@ -25,8 +25,8 @@ def mmm(v, fmt="%.1f"):
 
 def ratios(a, b):
     """a[i] / b[i] over the runs both completed (sides alternate, so sample i of each comes
-    from the same round)."""
-    return [x / y for x, y in zip(a, b) if y]
+    from the same round; a failed run is None)."""
+    return [x / y for x, y in zip(a, b) if x is not None and y]
 
 
 def mr(r):
@@ -38,13 +38,18 @@ def size_name(b):
 
 
 def gbs(size, ms_list):
-    return [size / (ms / 1000) / GBYTE for ms in ms_list]
+    return [None if ms is None else size / (ms / 1000) / GBYTE for ms in ms_list]
+
+
+def ok(v):
+    return [x for x in v if x is not None]
 
 
 def tables(res):
     s, info, cfg, sides = res["samples"], res["info"], res["cfg"], res["sides"]
-    nps = sorted({int(k.split("/")[2]) for k in s if k.startswith("step/")})
-    g = lambda k: s.get(k, [])
+    nps = sorted({int(k.split("/")[2]) for k in s})
+    g = lambda k: [x for x in s.get(k, []) if x is not None]
+    gp = lambda k: s.get(k, [])  # with None for failed runs: keeps the sides' runs paired
     L = []
     L.append("Run of %s on %s; torch %s (CPU), Python %s, %s, hvd-bridge %s; `bench/torch/run.sh` with "
              "`--runs %d`, %d s in all. Load average (1, 5, 15 min) %s at the start, %s at the end, after each "
@@ -73,21 +78,21 @@ def tables(res):
     params = info.get("params", {})
     for m in cfg["models"]:
         for n in nps:
-            hv = g("step/hvd/%d/%s" % (n, m))
+            hv = gp("step/hvd/%d/%s" % (n, m))
             row = ["%s (%s parameters)" % (m, "{:,}".format(params.get(m, 0))), str(n),
                    mmm(g("compute/hvd/%d/%s" % (n, m)) + g("compute/ddp/%d/%s" % (n, m)), "%.2f")]
             for x in sides:
                 if x != "hvd":
                     row.append(mmm(g("step/%s/%d/%s" % (x, n, m)), "%.2f"))
-            row.append(mmm(hv, "%.2f"))
-            row.append(mr(ratios(g("step/ddp/%d/%s" % (n, m)), hv)))
+            row.append(mmm(ok(hv), "%.2f"))
+            row.append(mr(ratios(gp("step/ddp/%d/%s" % (n, m)), hv)))
             if "horovod" in sides:
-                row.append(mr(ratios(g("step/horovod/%d/%s" % (n, m)), hv)))
+                row.append(mr(ratios(gp("step/horovod/%d/%s" % (n, m)), hv)))
             L.append("| " + " | ".join(row) + " |")
     L.append("")
     L.append("Target: step time at least 2x faster than DDP/gloo at np = 2: " + "; ".join(
         "%s **%s** (speed-up %s)" % (m, "met" if r and statistics.median(r) >= 2 else "missed", mr(r))
-        for m in cfg["models"] for r in [ratios(g("step/ddp/2/%s" % m), g("step/hvd/2/%s" % m))]) + ".")
+        for m in cfg["models"] for r in [ratios(gp("step/ddp/2/%s" % m), gp("step/hvd/2/%s" % m))]) + ".")
     L.append("")
     L.append("#### Allreduce, float32 sum in place, GB/s (tensor bytes / time of one call)")
     L.append("")
@@ -100,17 +105,17 @@ def tables(res):
     below = {}
     for n in nps:
         for size in cfg["sizes"]:
-            hv = gbs(size, g("allreduce/hvd/%d/%d" % (n, size)))
-            gl = gbs(size, g("allreduce/ddp/%d/%d" % (n, size)))
+            hv = gbs(size, gp("allreduce/hvd/%d/%d" % (n, size)))
+            gl = gbs(size, gp("allreduce/ddp/%d/%d" % (n, size)))
             row = [size_name(size), str(n)]
             for x in sides:
                 if x != "hvd":
                     row.append(mmm(gbs(size, g("allreduce/%s/%d/%d" % (x, n, size))), "%.3g"))
-            row.append(mmm(hv, "%.3g"))
+            row.append(mmm(ok(hv), "%.3g"))
             r = ratios(hv, gl)
             row.append(mr(r))
             if "horovod" in sides:
-                row.append(mr(ratios(hv, gbs(size, g("allreduce/horovod/%d/%d" % (n, size))))))
+                row.append(mr(ratios(hv, gbs(size, gp("allreduce/horovod/%d/%d" % (n, size))))))
             if not r or statistics.median(r) < 1:
                 below.setdefault(n, []).append(size_name(size))
             L.append("| " + " | ".join(row) + " |")
@@ -119,10 +124,32 @@ def tables(res):
         "np = %d **%s**" % (n, "met" if not below.get(n) else "missed at " + ", ".join(below[n])) for n in nps) +
         " (on the median).")
     L.append("")
-    if res["failures"]:
-        L.append("Failed jobs: " + "; ".join("%s: %d (%s)" % (k, len(v), v[0][-200:])
-                                            for k, v in sorted(res["failures"].items())))
+    if any(k.startswith("cpu/") for k in s):
+        L.append("#### CPU time, ms per step or per call: a rank's process, all of its threads (the runtimes' "
+                 "background threads, MPI's polling, gloo's threads), median rank, beside the wall time")
         L.append("")
+        head = "| what | np | " + " | ".join("%s CPU / wall" % LABEL[x] for x in sides) + " |"
+        L.append(head)
+        L.append("|" + "---|" * (head.count("|") - 1))
+        rows = [("step/%s" % m, "step, %s" % m, lambda x, n, m=m: g("step/%s/%d/%s" % (x, n, m)))
+                for m in cfg["models"]]
+        rows += [("allreduce/%d" % z, "allreduce %s" % size_name(z),
+                  lambda x, n, z=z: g("allreduce/%s/%d/%d" % (x, n, z))) for z in cfg["sizes"]]
+        for n in nps:
+            for key, label, wall in rows:
+                cells = []
+                for x in sides:
+                    c, w = g("cpu/%s/%d/%s" % (x, n, key)), wall(x, n)
+                    cells.append("%s / %s" % ("%.2f" % statistics.median(c) if c else "–",
+                                              "%.2f" % statistics.median(w) if w else "–"))
+                L.append("| %s | %d | %s |" % (label, n, " | ".join(cells)))
+        L.append("")
+    for key, what in (("retried", "Jobs that failed once and were run again"),
+                      ("failures", "Jobs that failed twice (no sample for that run)")):
+        if res.get(key):
+            L.append("%s: %s." % (what, "; ".join("%s: %d (%s)" % (k, len(v), v[0][-240:].replace("\n", " "))
+                                                  for k, v in sorted(res[key].items()))))
+            L.append("")
     return "\n".join(L)
 
 
@@ -135,7 +162,7 @@ def gnuplot(script):
 
 def plot(res, outdir):
     s, cfg, sides = res["samples"], res["cfg"], res["sides"]
-    nps = sorted({int(k.split("/")[2]) for k in s if k.startswith("step/")})
+    nps = sorted({int(k.split("/")[2]) for k in s})
     os.makedirs(outdir, exist_ok=True)
     made = []
     with tempfile.TemporaryDirectory() as d:
@@ -145,7 +172,7 @@ def plot(res, outdir):
                 f = os.path.join(d, "ar-%s-%d.dat" % (side, n))
                 with open(f, "w") as out:
                     for size in cfg["sizes"]:
-                        v = gbs(size, s.get("allreduce/%s/%d/%d" % (side, n, size), []))
+                        v = ok(gbs(size, s.get("allreduce/%s/%d/%d" % (side, n, size), [])))
                         if v:
                             out.write("%d %.6g %.6g %.6g\n" % (size, statistics.median(v), min(v), max(v)))
                 curves.append('"%s" using 1:2:3:4 with yerrorlines lw 2 dt %d title "%s, np=%d"'
@@ -156,12 +183,16 @@ set output "%s"
 set title "allreduce (float32 sum, in place): bandwidth against size"
 set xlabel "tensor size (bytes)"
 set ylabel "GB/s (median, bars: min-max over runs)"
-set logscale xy 2
-set format x "%%.0s%%cB"
+set termoption noenhanced
+set logscale x 2
+set xrange [3000:90000000]
+set logscale y 10
+set format y "%%g"
+set xtics (%s)
 set key top left
 set grid
 plot %s
-""" % (png, ", \\\n     ".join(curves))):
+""" % (png, ", ".join('"%s" %d' % (size_name(z), z) for z in cfg["sizes"]), ", \\\n     ".join(curves))):
             made.append("torch-allreduce.png")
         big = cfg["models"][0]
         f = os.path.join(d, "step.dat")
@@ -170,7 +201,7 @@ plot %s
                 row = [str(n)]
                 for side in sides + ["compute"]:
                     key = ("compute/hvd/%d/%s" % (n, big)) if side == "compute" else "step/%s/%d/%s" % (side, n, big)
-                    v = s.get(key, [])
+                    v = ok(s.get(key, []))
                     row.append("%.3f %.3f %.3f" % (statistics.median(v), min(v), max(v)) if v else "NaN NaN NaN")
                 out.write(" ".join(row) + "\n")
         cols = []
@@ -184,6 +215,7 @@ set output "%s"
 set title "training step of %s, time against np"
 set xlabel "ranks (np), 2 cores"
 set ylabel "ms (median, bars: min-max over runs)"
+set termoption noenhanced
 set key top left
 set grid
 set xtics (%s)

@@ -67,9 +67,10 @@ build_horovod() {  # $1: shipped | cxx20; extra environment for pip in the rest
      "$hvenv/bin/python" -c 'import horovod.torch as h; assert h.mpi_built()' >>"$hlog" 2>&1; then
     echo "$kind: ok"
   else
-    local why
-    why=$(sed -n "/^=== $kind build/,\$p" "$hlog" | grep -m1 -E 'error: |Error: ' |
-          sed -E 's/^ +//; s#/[^ :]*/site-packages/#.../#g; s#/tmp/pip-[^ :]*/##g' | cut -c1-300)
+    local why  # an #error says why in words; else the first compiler or pip error
+    why=$(sed -n "/^=== $kind build/,\$p" "$hlog" | { grep -m1 -E ': error: #error' || true; })
+    [ -n "$why" ] || why=$(sed -n "/^=== $kind build/,\$p" "$hlog" | { grep -m1 -E 'error: |Error: ' || true; })
+    why=$(echo "$why" | sed -E 's/^ +//; s#/[^ :]*/site-packages/#.../#g; s#/tmp/pip-[^ :]*/##g' | cut -c1-300)
     echo "$kind: failed: ${why:-$(tail -n 1 "$hlog" | cut -c1-300)}"
   fi
 }
