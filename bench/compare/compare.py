@@ -24,6 +24,12 @@ Measures (each: --runs timed runs per cell after one untimed warm-up, medians, m
           point, N Spark tasks = N ranks (spark_app.py, in one Spark application).
   stream  `head -c BYTES /dev/zero` run in a task service, its output streamed to the caller:
           hvd-rsh, Horovod's rsh(background=False) stream, OpenSSH to a loopback sshd.
+  pyspark the same Python function (returns its rank) through horovod.spark.run and
+          hvd_bridge.spark.run on a local Spark cluster (local-cluster[2,4,1024]), N ranks =
+          N Spark tasks: time to the results at the driver (one application,
+          pyspark_app.py time), then peak memory per process kind (a second application with
+          spark.python.worker.reuse=false, pyspark_app.py rss, --rss-runs runs at the largest
+          N). The package comes from --pythonpath (the build's staged build/python).
 
 Writes every sample as JSON (--json) and prints Markdown tables (--markdown FILE).
 """
@@ -33,7 +39,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -399,6 +404,29 @@ class Compare:
             self.failures.setdefault(k, []).extend(v)
         self.spark_info = res.get("info", {})
 
+    # ---------- 5. a Python function on Spark ----------
+    def pyspark(self):
+        self.pyspark_info = {}
+        for mode, tasks, runs in (("time", self.a.pyspark_tasks, self.a.runs),
+                                  ("rss", self.a.pyspark_tasks[-1:], self.a.rss_runs)):
+            out = os.path.join(self.work, "pyspark-%s.json" % mode)
+            cmd = [sys.executable, os.path.join(HERE, "spark_cluster.py"), "--app", "python", "--mode", mode,
+                   "--python", self.a.python, "--pythonpath", self.a.pythonpath,
+                   "--tasks", ",".join(map(str, tasks)), "--runs", str(runs),
+                   "--warmups", str(self.a.pyspark_warmups), "--out", out]
+            log("pyspark: " + " ".join(cmd))
+            r = subprocess.run(cmd, env=self.base_env, cwd=self.work, timeout=self.a.spark_timeout)
+            if r.returncode != 0 or not os.path.exists(out):
+                self.failures.setdefault("pyspark/" + mode, []).append("spark_cluster.py exited %d" % r.returncode)
+                continue
+            with open(out) as f:
+                res = json.load(f)
+            for k, v in res["samples"].items():
+                self.samples.setdefault(k, []).extend(v)
+            for k, v in res["failures"].items():
+                self.failures.setdefault(k, []).extend(v)
+            self.pyspark_info[mode] = res.get("info", {})
+
     # ---------- driver ----------
     def systems(self):
         return [s for s in ("horovod", "hvd") if s in self.a.systems]
@@ -452,6 +480,7 @@ class Compare:
             info["seconds"] = round(time.time() - t0)
             self.lb.close()
         info["spark"] = getattr(self, "spark_info", {})
+        info["pyspark_app"] = getattr(self, "pyspark_info", {})
         res = {"info": info, "args": {k: v for k, v in vars(a).items()}, "samples": self.samples,
                "failures": self.failures}
         if a.json:
@@ -467,7 +496,7 @@ def main():
     ap.add_argument("--python", required=True, help="the virtual environment's python (horovod, pyspark)")
     ap.add_argument("--jar", default=os.path.join(REPO, "build", "lib", "hvd-bridge.jar"),
                     help="hvd-bridge.jar, built with Spark's jars (org.hvdbridge.spark.HorovodSpark)")
-    ap.add_argument("--measures", default="launch,rss,spark,stream")
+    ap.add_argument("--measures", default="launch,rss,spark,stream,pyspark")
     ap.add_argument("--systems", default="horovod,hvd", type=lambda t: t.split(","),
                     help="horovod,hvd (default); hvd alone needs no Horovod (no ratios then)")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per cell (default 5)")
@@ -475,6 +504,10 @@ def main():
     ap.add_argument("--hosts", default="1,2,4,8")
     ap.add_argument("--spark-tasks", default="2,4,8")
     ap.add_argument("--stream-mib", type=int, default=256)
+    ap.add_argument("--pyspark-tasks", default="2,4,8")
+    ap.add_argument("--pyspark-warmups", type=int, default=1, help="untimed calls of each system first")
+    ap.add_argument("--pythonpath", default=os.path.join(REPO, "build", "python"),
+                    help="the staged hvd_bridge package (measure pyspark)")
     ap.add_argument("--settle", type=float, default=0.3, help="seconds between services up and mpirun")
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--spark-timeout", type=int, default=900)
@@ -485,6 +518,8 @@ def main():
     a.measures = [m for m in a.measures.split(",") if m]
     a.hosts = [int(x) for x in a.hosts.split(",") if x]
     a.spark_tasks = [int(x) for x in a.spark_tasks.split(",") if x]
+    a.pyspark_tasks = [int(x) for x in a.pyspark_tasks.split(",") if x]
+    a.pythonpath = os.path.abspath(a.pythonpath)
     os.environ.pop("_HOROVOD_SECRET_KEY", None)
     return Compare(a).main()
 

@@ -138,6 +138,62 @@ def tables(res):
                 L.append("| %s | %s | %s |" % (label, mmm(v), "1" if k == "hvd" else pair_ratio(b, v)))
         L.append("")
 
+    ns = params(s, "pyspark/hvd/")
+    if ns:
+        L.append("### 5. A Python function on a local Spark cluster (local-cluster[2,4,1024]), N tasks = N ranks")
+        L.append("")
+        L.append("`rank_fn` (returns its rank) through `horovod.spark.run(rank_fn, num_proc=N, use_mpi=True)` and "
+                 "`hvd_bridge.spark.run(rank_fn, num_proc=N)`, from the call to its return with the N results at "
+                 "the driver, ms:")
+        L.append("")
+        L.append("| N | Horovod | hvd-bridge | Horovod / hvd-bridge |")
+        L.append("|---|---|---|---|")
+        for n in ns:
+            a, b = g("pyspark/horovod/%d/results" % n), g("pyspark/hvd/%d/results" % n)
+            L.append("| %d | %s | %s | %s |" % (n, mmm(a), mmm(b), pair_ratio(a, b)))
+        L.append("")
+        n = ns[-1]
+        r = [x / y for x, y in zip(g("pyspark/horovod/%d/results" % n), g("pyspark/hvd/%d/results" % n)) if y]
+        if r:
+            med = statistics.median(r)
+            L.append("Target at least 5x faster than Horovod at N = %d: **%s** (median ratio %.1f, runs %.1f–%.1f)."
+                     % (n, "met" if med >= 5 and min(r) >= 5 else "met on the median, not in every run"
+                        if med >= 5 else "missed", med, min(r), max(r)))
+            L.append("")
+        pinfo = info.get("pyspark_app", {}).get("rss", {})
+        if g("pyspark-rss/hvd/total"):
+            procs = pinfo.get("rss_procs", {})
+            L.append("Peak memory per process kind at N = %s, MiB: RSS is the kernel's peak (VmHWM; the driver: "
+                     "largest VmRSS during the call), USS the largest private memory sampled (pages no other "
+                     "process maps). %d calls of each; process counts per call in brackets, Horovod / hvd-bridge."
+                     % (pinfo.get("rss_n", "?"), len(g("pyspark-rss/hvd/total"))))
+            L.append("")
+            L.append("| process | Horovod RSS | hvd-bridge RSS | Horovod / hvd-bridge (RSS) | Horovod USS "
+                     "| hvd-bridge USS |")
+            L.append("|---|---|---|---|---|---|")
+            names = {"driver": "driver: the PySpark driver's Python (both systems imported)",
+                     "driver_side": "driver side: what the call starts below the driver (mpirun, agents, "
+                                    "Horovod's spawn interpreter / hvd-bridge's keeper), summed",
+                     "worker": "executor: the Python worker running the task service, largest of N",
+                     "task_helpers": "executor: the worker's helpers (Horovod's spawn interpreters / keeper "
+                                     "and sh), summed over the job",
+                     "orted": "orted (the same program)",
+                     "rank": "rank: what orted starts (mpirun_exec_fn / hvd-exec and python -m "
+                             "hvd_bridge._rank), largest of N",
+                     "total": "everything the call started, summed"}
+            for k in ("driver", "driver_side", "worker", "task_helpers", "orted", "rank", "total"):
+                a = [x / 1024 for x in g("pyspark-rss/horovod/%s" % k)]
+                b = [x / 1024 for x in g("pyspark-rss/hvd/%s" % k)]
+                au = [x / 1024 for x in g("pyspark-uss/horovod/%s" % k)]
+                bu = [x / 1024 for x in g("pyspark-uss/hvd/%s" % k)]
+                cnt = ""
+                if k in procs.get("hvd", {}).get("counts", {}):
+                    cnt = " [%s / %s]" % (procs.get("horovod", {}).get("counts", {}).get(k, "?"),
+                                          procs["hvd"]["counts"][k])
+                L.append("| %s%s | %s | %s | %s | %s | %s |" % (names[k], cnt, mmm(a, "%.1f"), mmm(b, "%.1f"),
+                                                               pair_ratio(a, b), mmm(au, "%.1f"), mmm(bu, "%.1f")))
+            L.append("")
+
     if res["failures"]:
         L.append("Failed runs: " + "; ".join("%s: %d" % (k, len(v)) for k, v in sorted(res["failures"].items())))
         L.append("")
@@ -152,7 +208,9 @@ def plot(res, outdir):
         for name, prefix, xs_label, suffix, title in (
                 ("compare-launch.png", "launch", "hosts (H)", "", "mpirun -np H /bin/true through the agent"),
                 ("compare-spark.png", "spark", "Spark tasks = ranks (N)", "/results",
-                 "whole job on a local Spark cluster, call to results")):
+                 "whole job on a local Spark cluster, call to results"),
+                ("compare-pyspark.png", "pyspark", "Spark tasks = ranks (N)", "/results",
+                 "a Python function on a local Spark cluster, call to results")):
             xs = params(s, "%s/hvd/" % prefix)
             if not xs:
                 continue

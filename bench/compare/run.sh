@@ -2,7 +2,7 @@
 # hvd-bridge against Horovod-on-Spark and ssh, on this machine, in one run (issue: side-by-side
 # benchmarks). One command:
 #
-#   bash bench/compare/run.sh             full run (5 timed runs per cell, ~10-15 min on 2 cores),
+#   bash bench/compare/run.sh             full run (5 timed runs per cell, ~15-20 min on 2 cores),
 #                                         then writes docs/performance.md's "Against Horovod on
 #                                         Spark" section and docs/img/compare-*.png
 #   bash bench/compare/run.sh --smoke     one run of each cell at the smallest sizes, checks that
@@ -15,6 +15,9 @@
 # PyPI built without any framework plugin (HOROVOD_WITHOUT_*: only the pure-Python launcher is
 # used), plus the packages horovod.spark imports (numpy<2, pyarrow<11, fsspec). Needs a build
 # with the JNI layer (build/, as scripts/test.sh makes it), Open MPI, gnuplot, Java, sshd.
+# Measure "pyspark" runs the Python package the build stages in build/python
+# (PYTHONPATH) in that same environment, on the driver and the executors: its extension must
+# have been built for the same Python version as python3's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -36,7 +39,8 @@ has_horovod_spark() {
   "$py" -c 'import sys, zipfile
 sys.exit("org/hvdbridge/spark/HorovodSpark.class" not in zipfile.ZipFile(sys.argv[1]).namelist())' "$1" 2>/dev/null
 }
-if [ ! -x "$build/bin/hvd-rsh" ] || ! has_horovod_spark "$build/lib/hvd-bridge.jar"; then
+if [ ! -x "$build/bin/hvd-rsh" ] || ! has_horovod_spark "$build/lib/hvd-bridge.jar" ||
+   ! ls "$build"/python/hvd_bridge/_core.*.so >/dev/null 2>&1; then
   echo "compare: building hvd-bridge in $build" >&2
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$build" -j"$(nproc)" >/dev/null
@@ -53,20 +57,24 @@ if ! "$venv/bin/python" -c 'import horovod, horovod.spark' 2>/dev/null; then
     { echo "compare: horovod.spark does not import in $venv" >&2; exit 1; }
 fi
 
+PYTHONPATH="$build/python" "$venv/bin/python" -c 'import hvd_bridge._core, hvd_bridge.spark' ||
+  { echo "compare: $build/python/hvd_bridge does not import in $venv (built for another Python?)" >&2; exit 1; }
+
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 if [ $smoke = 1 ]; then
   "$py" bench/compare/compare.py --python "$venv/bin/python" --bin "$build/bin" \
     --jar "$build/lib/hvd-bridge.jar" \
-    --runs 1 --rss-runs 1 --hosts 1,2 --spark-tasks 2 --stream-mib 16 --json "$out/smoke.json" "$@"
+    --runs 1 --rss-runs 1 --hosts 1,2 --spark-tasks 2 --pyspark-tasks 2 --pyspark-warmups 0 --stream-mib 16 \
+    --pythonpath "$build/python" --json "$out/smoke.json" "$@"
   "$py" bench/compare/report.py "$out/smoke.json"
   echo "compare: smoke run passed"
 else
   rc=0  # failed runs are listed in the tables too; the exit status says so afterwards
   "$py" bench/compare/compare.py --python "$venv/bin/python" --bin "$build/bin" \
     --jar "$build/lib/hvd-bridge.jar" \
-    --json "$out/compare.json" "$@" || rc=$?
+    --pythonpath "$build/python" --json "$out/compare.json" "$@" || rc=$?
   [ -s "$out/compare.json" ] || exit "${rc/#0/1}"
   cp "$out/compare.json" docs/compare-results.json
   "$py" bench/compare/report.py docs/compare-results.json --doc docs/performance.md --plots docs/img

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Starts spark_app.py on a real local Spark cluster (spark-submit --master
-local-cluster[2,4,1024]: a master, 2 workers, 2 executor JVMs of 4 cores, all on loopback)
-with the virtual environment's python on the driver and the executors, and checks that
-nothing of it is left afterwards. Used by compare.py (measure "spark").
+"""Starts a Spark application of bench/compare on a real local Spark cluster (spark-submit
+--master local-cluster[2,4,1024]: a master, 2 workers, 2 executor JVMs of 4 cores, all on
+loopback) with the virtual environment's python on the driver and the executors, and checks
+that nothing of it is left afterwards. Used by compare.py (measures "spark" and "pyspark").
 
   spark_cluster.py --bin BIN --python VENV_PY --jar hvd-bridge.jar --tasks 2,4,8 --runs 5 --out F
-
-hvd-bridge.jar (the only --jars) must have org.hvdbridge.spark.HorovodSpark: CMake puts it in
-when it finds Spark's jars.
+      spark_app.py: Horovod against hvd-bridge's JVM path (HorovodSpark.run through py4j);
+      hvd-bridge.jar (the only --jars) must have org.hvdbridge.spark.HorovodSpark: CMake puts
+      it in when it finds Spark's jars.
+  spark_cluster.py --app python --mode time|rss --pythonpath BUILD/python --python VENV_PY
+                   --tasks 2,4,8 --runs 5 [--warmups 1] --out F
+      pyspark_app.py: the same Python function through horovod.spark.run and
+      hvd_bridge.spark.run (the package from --pythonpath, on the driver and the executors);
+      mode rss runs with spark.python.worker.reuse=false and samples memory (proc_sampler.py)
 """
 import argparse
 import os
@@ -45,11 +50,15 @@ int trivial_entry(const hvd_entry_ctx *ctx, hvd_entry_result *out) {
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", required=True)
+    ap.add_argument("--app", choices=("jvm", "python"), default="jvm")
+    ap.add_argument("--mode", choices=("time", "rss"), default="time", help="--app python only")
+    ap.add_argument("--bin", default="")
     ap.add_argument("--python", required=True)
-    ap.add_argument("--jar", required=True)
+    ap.add_argument("--pythonpath", default="", help="where hvd_bridge is (--app python)")
+    ap.add_argument("--jar", default="")
     ap.add_argument("--tasks", default="2,4,8")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--warmups", type=int, default=1, help="--app python: untimed calls of each first")
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout", type=int, default=900)
     a = ap.parse_args()
@@ -58,38 +67,58 @@ def main():
     if not spark_home:
         print("spark_cluster: no Spark (install pyspark: scripts/install-spark.sh)", file=sys.stderr)
         return 2
-    if not os.path.isfile(a.jar):
-        print("spark_cluster: %s is missing (build with the JNI layer: Java 17 and CMake)" % a.jar,
-              file=sys.stderr)
-        return 2
-    with zipfile.ZipFile(a.jar) as z:
-        if "org/hvdbridge/spark/HorovodSpark.class" not in z.namelist():
-            print("spark_cluster: %s has no org.hvdbridge.spark.HorovodSpark (Spark's jars were not "
-                  "found when CMake ran: run scripts/install-spark.sh, then cmake again)" % a.jar,
+    if a.app == "jvm":
+        if not os.path.isfile(a.jar or "/nonexistent"):
+            print("spark_cluster: %s is missing (build with the JNI layer: Java 17 and CMake)" % a.jar,
                   file=sys.stderr)
             return 2
+        with zipfile.ZipFile(a.jar) as z:
+            if "org/hvdbridge/spark/HorovodSpark.class" not in z.namelist():
+                print("spark_cluster: %s has no org.hvdbridge.spark.HorovodSpark (Spark's jars were not "
+                      "found when CMake ran: run scripts/install-spark.sh, then cmake again)" % a.jar,
+                      file=sys.stderr)
+                return 2
+    elif not os.path.isdir(os.path.join(a.pythonpath, "hvd_bridge")):
+        print("spark_cluster: no hvd_bridge package in --pythonpath %r (build it: cmake --build build)"
+              % a.pythonpath, file=sys.stderr)
+        return 2
     work = tempfile.mkdtemp(prefix="hvd-compare-spark.")
-    so = os.path.join(work, "libtrivial_entry.so")
-    src = os.path.join(work, "trivial_entry.c")
-    with open(src, "w") as f:
-        f.write(TRIVIAL_ENTRY_C)
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", os.path.join(REPO, "include"), "-o", so, src],
-                   check=True)
     home = sparktest.private_spark_home(spark_home, work)
     marker = "compare-" + uuid.uuid4().hex[:12]
-    env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", HVD_BIN_DIR=os.path.abspath(a.bin),
-               PYSPARK_PYTHON=a.python, PYSPARK_DRIVER_PYTHON=a.python, **{hvdtest.MARKER_VAR: marker})
+    env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=a.python,
+               PYSPARK_DRIVER_PYTHON=a.python, **{hvdtest.MARKER_VAR: marker})
     env.pop("PYTHONPATH", None)
     cmd = [os.path.join(home, "bin", "spark-submit"),
            "--master", "local-cluster[2,4,1024]",
            "--conf", "spark.ui.enabled=false",
            "--conf", "spark.log.level=WARN",
-           "--conf", "spark.local.dir=" + os.path.join(work, "local"),
-           "--conf", "spark.executorEnv.HVD_BIN_DIR=" + os.path.abspath(a.bin),
-           "--conf", "spark.executor.extraLibraryPath=" + os.path.dirname(os.path.abspath(a.jar)),
-           "--jars", os.path.abspath(a.jar),
-           os.path.join(HERE, "spark_app.py"), os.path.abspath(a.out), os.path.abspath(a.bin), so,
-           a.tasks, str(a.runs)]
+           "--conf", "spark.local.dir=" + os.path.join(work, "local")]
+    if a.app == "jvm":
+        so = os.path.join(work, "libtrivial_entry.so")
+        src = os.path.join(work, "trivial_entry.c")
+        with open(src, "w") as f:
+            f.write(TRIVIAL_ENTRY_C)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", os.path.join(REPO, "include"), "-o", so, src],
+                       check=True)
+        env["HVD_BIN_DIR"] = os.path.abspath(a.bin)
+        cmd += ["--conf", "spark.executorEnv.HVD_BIN_DIR=" + os.path.abspath(a.bin),
+                "--conf", "spark.executor.extraLibraryPath=" + os.path.dirname(os.path.abspath(a.jar)),
+                "--jars", os.path.abspath(a.jar),
+                os.path.join(HERE, "spark_app.py"), os.path.abspath(a.out), os.path.abspath(a.bin), so,
+                a.tasks, str(a.runs)]
+    else:
+        pp = os.path.abspath(a.pythonpath)
+        env["PYTHONPATH"] = pp
+        cmd += ["--conf", "spark.executorEnv.PYTHONPATH=" + pp]
+        for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+            if k in os.environ:
+                cmd += ["--conf", "spark.executorEnv.%s=%s" % (k, os.environ[k])]
+        if a.mode == "rss":
+            cmd += ["--conf", "spark.python.worker.reuse=false"]
+        cmd += [os.path.join(HERE, "pyspark_app.py"), os.path.abspath(a.out), a.mode, a.tasks, str(a.runs),
+                str(a.warmups)]
+        if a.mode == "rss":
+            cmd.append(os.path.join(HERE, "proc_sampler.py"))
     t0 = time.time()
     rc = 1
     try:
