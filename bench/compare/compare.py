@@ -142,7 +142,8 @@ class HvdServices:
     def __init__(self, lb, work, names):
         self.lb = lb
         self.dir = tempfile.mkdtemp(dir=work, prefix="hvdbridge.")
-        self.srv, self.tasks, self.vals = lb.serve(len(names), names, self.dir)  # entry: /bin/true
+        # Open MPI 4 (the system's), as the Horovod side; entry: /bin/true
+        self.srv, self.tasks, self.vals = lb.serve(launch_bench.Mpi("openmpi4"), len(names), names, self.dir)
 
     def agent(self):
         return self.vals["HVD_RSH"]
