@@ -118,6 +118,16 @@ static int mpirun_status(const job_end_info *end) {
     return end->mpirun ? end->mpirun->status : 0;
 }
 
+/* "mpirun exited with status N"; serve runs no mpirun (the user does) and says so instead of
+ * inventing a status. */
+static const char *mpirun_said(const job_end_info *end, char *buf, size_t cap) {
+    if (end->mpirun)
+        snprintf(buf, cap, "mpirun exited with status %d", end->mpirun->status);
+    else
+        snprintf(buf, cap, "mpirun's exit status is not known here (serve does not run mpirun)");
+    return buf;
+}
+
 /* How many ranks were stopped by the job ending (orted's signal), and the first of them. */
 static size_t stopped_ranks(const hvd_rank_result *r, size_t n, int *first) {
     size_t k = 0;
@@ -155,22 +165,24 @@ static int blame(hvd_driver *d, const hvd_rank_result *r, size_t n, const job_en
     if (kind != HVD_FAILURE_NONE) return fallback;
     size_t nstopped;
     int first;
+    char said[96];
+    mpirun_said(end, said, sizeof said);
     if (end->stopped[0])
         snprintf(why, cap, "%s%s", end->stopped, note);
     else if ((nstopped = stopped_ranks(r, n, &first)) > 0)
         snprintf(why, cap,
                  "%zu rank%s (rank %d first) %s stopped by orted before finishing, and no part of "
-                 "the job failed on its own: mpirun exited with status %d (was mpirun stopped "
-                 "from outside?)%s",
-                 nstopped, nstopped == 1 ? "" : "s", first, nstopped == 1 ? "was" : "were", status,
+                 "the job failed on its own: %s (was mpirun stopped from outside?)%s",
+                 nstopped, nstopped == 1 ? "" : "s", first, nstopped == 1 ? "was" : "were", said,
                  note);
     else if (missing_ranks(r, n, note, sizeof note) == n)
         snprintf(why, cap,
-                 "no rank reported a result: mpirun exited with status %d before the ranks ran "
-                 "(see mpirun's messages above)",
-                 status);
+                 end->mpirun ? "no rank reported a result: %s before the ranks ran (see mpirun's "
+                               "messages above)"
+                             : "no rank reported a result (%s: see its messages)",
+                 said);
     else
-        snprintf(why, cap, "every rank succeeded but mpirun exited with status %d", status);
+        snprintf(why, cap, "every rank succeeded but %s", said);
     return end->stopped[0] ? 1 : fallback;
 }
 

@@ -321,11 +321,12 @@ def test_remote_tasks_with_gpus():
     hvdtest.assert_no_leftovers(mark)
 
 
-def serve_with_tasks(mark, d, n, hosts):
+def serve_with_tasks(mark, d, n, hosts, entry_arg=None):
     env_file = os.path.join(d, "job.env")
-    env = hvdtest.marked_env(mark, ARGS.bin)
+    env = hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d)
+    extra = ["--entry-arg", entry_arg] if entry_arg else []
     srv = hvdtest.start_driver(ARGS.bin, ["serve", "-np", str(n), "--env-file", env_file, *mpi_opts(),
-                                          "--entry", ARGS.probe_lib + ":probe_entry"], env, d)
+                                          "--entry", ARGS.probe_lib + ":probe_entry", *extra], env, d)
     tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve"))
     tasks = start_tasks(n, tenv, hosts)
     hvdtest.wait_for(lambda: os.path.exists(env_file), 60, "the env file")
@@ -370,6 +371,35 @@ def case_by_hand(cmd):
         so2, se2 = srv.communicate(timeout=60)
         check(srv.returncode == 0, "serve exits 0 once every rank reported: %s" % se2.decode())
         check(b"rank" in se2 and b"e2e-byhand-a" in se2, "serve prints the table:\n" + se2.decode())
+        for t in tasks:
+            t.wait(timeout=30)
+    hvdtest.assert_no_leftovers(mark)
+
+
+def test_serve_mpirun_stopped():
+    """serve does not run mpirun: when the user's mpirun is stopped from outside while the ranks
+    run, serve fails naming no mpirun status it never saw."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        srv, tasks, vals, env = serve_with_tasks(mark, d, 2, ["e2e-stop-a", "e2e-stop-b"], "sleep=60")
+        menv = dict(env, HVD_DRIVER_ADDRS=vals["HVD_DRIVER_ADDRS"], HVD_SECRET_FILE=vals["HVD_SECRET_FILE"])
+        p = subprocess.Popen(mpirun_cmd(vals), env=menv, cwd=d, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            hvdtest.wait_for(lambda: all(os.path.exists(os.path.join(d, "state.%d" % r)) for r in range(2)), 60,
+                             "both ranks in the entry point")
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        so, se = srv.communicate(timeout=60)
+        last = se.decode().strip().splitlines()[-1]
+        print("  serve: " + last)
+        check(srv.returncode != 0, "serve fails: %s" % last)
+        check("job failed" in last and "mpirun exited with status" not in last and
+              ("not known here" in last or "orted" in last), "the last line invents no status: %s" % last)
         for t in tasks:
             t.wait(timeout=30)
     hvdtest.assert_no_leftovers(mark)
