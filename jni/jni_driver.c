@@ -279,6 +279,43 @@ JNIEXPORT jobjectArray JNICALL Java_org_hvdbridge_DriverService_nativeResults(JN
     return out;
 }
 
+/* What failed first on its own (hvd_driver_failure) into text; the rank that did into *bad.
+ * Returns the kind, HVD_FAILURE_NONE also when the results cannot be read (exception set). */
+static hvd_failure_kind failure_of(JNIEnv *env, jlong h, char *text, size_t cap, int *bad) {
+    *bad = -1;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    if (!jd) return HVD_FAILURE_NONE;
+    hvd_rank_result *r;
+    size_t n;
+    hvd_err err = {0};
+    if (hvd_driver_results(jd->d, &r, &n, &err) != 0) {
+        jni_throw_err(env, &err);
+        return HVD_FAILURE_NONE;
+    }
+    hvd_failure_kind kind = hvd_driver_failure(jd->d, r, n, text, cap);
+    *bad = hvd_first_failed_rank(r, n);
+    hvd_driver_results_free(r, n);
+    return kind;
+}
+
+JNIEXPORT jbyteArray JNICALL Java_org_hvdbridge_DriverService_nativeFailure(JNIEnv *env, jclass cls,
+                                                                            jlong h) {
+    (void)cls;
+    char text[HVD_ERR_MAX * 2];
+    int bad;
+    if (failure_of(env, h, text, sizeof text, &bad) == HVD_FAILURE_NONE) return NULL;
+    return jni_new_text(env, text);
+}
+
+JNIEXPORT jint JNICALL Java_org_hvdbridge_DriverService_nativeFirstFailedRank(JNIEnv *env,
+                                                                              jclass cls, jlong h) {
+    (void)cls;
+    char text[HVD_ERR_MAX * 2];
+    int bad;
+    (void)failure_of(env, h, text, sizeof text, &bad);
+    return bad;
+}
+
 JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeShutdownTasks(JNIEnv *env, jclass cls,
                                                                             jlong h) {
     (void)cls;

@@ -38,7 +38,7 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM *vm, void *reserved) {
         !(c->byte_array = global_class(env, "[B")))
         return JNI_ERR;
     c->hvd_exception_ctor = (*env)->GetMethodID(env, c->hvd_exception, "<init>", "([BI)V");
-    c->rank_result_ctor = (*env)->GetMethodID(env, c->rank_result, "<init>", "(II[BZI[B[B)V");
+    c->rank_result_ctor = (*env)->GetMethodID(env, c->rank_result, "<init>", "(II[BZI[B[BZ)V");
     if (!c->hvd_exception_ctor || !c->rank_result_ctor) return JNI_ERR;
     return JNI_VERSION_1_8;
 }
@@ -257,7 +257,8 @@ jobject jni_new_rank_result(JNIEnv *env, const hvd_rank_result *r) {
     if (!data || (*env)->ExceptionCheck(env)) return NULL;
     return (*env)->NewObject(env, jni_classes.rank_result, jni_classes.rank_result_ctor,
                              (jint)r->rank, (jint)(r->index > INT32_MAX ? -1 : (int32_t)r->index),
-                             host, (jboolean)r->present, (jint)r->status, data, error);
+                             host, (jboolean)r->present, (jint)r->status, data, error,
+                             (jboolean)r->stopped);
 }
 
 void jni_log_stderr(const char *prefix, const char *line) {

@@ -1,8 +1,8 @@
 /* A shared-object entry point for the end-to-end tests: its result says where the rank ran.
- * The argument "fail=R" makes rank R fail with an error text. "sleep=S" makes every rank
- * sleep S seconds in the entry ("sleep=S:R": only rank R); while a rank sleeps, and once it
- * returns, it says so in $HVD_E2E_DIR/state.<rank> ("sleeping", then "done") when that
- * variable is set (the fault-injection tests watch these files). */
+ * The argument "fail=R" makes rank R fail at once with an error text. "sleep=S" makes every
+ * other rank sleep S seconds in the entry ("sleep=S:R": only rank R); while a rank sleeps, and once
+ * it returns, it says so in $HVD_E2E_DIR/state.<rank> ("sleeping", then "done") when that variable
+ * is set (the fault-injection tests watch these files). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,13 +44,13 @@ int probe_entry(const hvd_entry_ctx *ctx, hvd_entry_result *out) {
     char arg[256] = "";
     size_t n = ctx->arg_len < sizeof arg - 1 ? ctx->arg_len : sizeof arg - 1;
     memcpy(arg, ctx->arg, n);
-    probe_sleep(arg, ctx->rank);
     const char *fail = strstr(arg, "fail=");
     if (fail && atoi(fail + 5) == ctx->rank) {
         snprintf(out->error, sizeof out->error, "rank %d failed on purpose (entry arg '%s')",
                  ctx->rank, arg);
         return 3;
     }
+    probe_sleep(arg, ctx->rank);
     int depth;
     int anc = probe_task_ancestor(&depth);
     char gpus[128] = "";

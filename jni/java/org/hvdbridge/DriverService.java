@@ -1,5 +1,7 @@
 package org.hvdbridge;
 
+import java.nio.charset.StandardCharsets;
+
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.LongFunction;
 
@@ -148,7 +150,10 @@ public final class DriverService implements AutoCloseable {
                 if (jobRan) throw new IllegalStateException("runJob was already called: a driver service runs one job");
                 jobRan = true;
                 int[] st = nativeRunJob(h, bin, mpiArgs, o.timeoutSeconds, o.startTimeoutMs, o.verbose, env);
-                return new JobResult(st[0], st[1] != 0, nativeResults(h));
+                byte[] failure = nativeFailure(h);
+                return new JobResult(st[0], st[1] != 0, nativeResults(h),
+                                     failure == null ? null : new String(failure, StandardCharsets.UTF_8),
+                                     nativeFirstFailedRank(h));
             } finally {
                 nativeShutdownTasks(h);
             }
@@ -225,6 +230,8 @@ public final class DriverService implements AutoCloseable {
     private static native int[] nativeRunJob(long h, byte[] binDir, byte[][] mpiArgs, int timeoutS,
                                              int startTimeoutMs, boolean verbose, byte[][] env);
     private static native RankResult[] nativeResults(long h);
+    private static native byte[] nativeFailure(long h);
+    private static native int nativeFirstFailedRank(long h);
     private static native void nativeShutdownTasks(long h);
     private static native void nativeAbort(long h, byte[] reason);
     private static native void nativeStop(long h);

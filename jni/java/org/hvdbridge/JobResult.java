@@ -7,11 +7,25 @@ public final class JobResult {
     private final int mpirunStatus;
     private final boolean timedOut;
     private final RankResult[] ranks;
+    private final String failure;  /* the driver's sentence for what failed first, or null */
+    private final int firstFailed; /* the rank that failed first on its own, or -1 */
 
     public JobResult(int mpirunStatus, boolean timedOut, RankResult[] ranks) {
+        this(mpirunStatus, timedOut, ranks, null, -1);
+    }
+
+    /**
+     * With the driver's judgement (hvd_driver_failure): {@code failure}, one sentence naming the
+     * part of the job that failed first on its own (a rank, a task service, an agent, orted), or
+     * null; {@code firstFailed}, the rank that failed first on its own, or -1.
+     */
+    public JobResult(int mpirunStatus, boolean timedOut, RankResult[] ranks, String failure,
+                     int firstFailed) {
         this.mpirunStatus = mpirunStatus;
         this.timedOut = timedOut;
         this.ranks = ranks.clone();
+        this.failure = failure;
+        this.firstFailed = firstFailed;
     }
 
     /** mpirun's exit status (128+N when signal N killed it). */
@@ -34,8 +48,16 @@ public final class JobResult {
         return failureMessage() == null;
     }
 
-    /** The first rank that failed or never reported, or null. */
+    /**
+     * The rank that failed first on its own (in the order the results reached the driver; not
+     * one that orted only stopped because of it), else the first that failed at all or never
+     * reported, or null.
+     */
     public RankResult firstFailedRank() {
+        for (RankResult r : ranks)
+            if (r.rank() == firstFailed && firstFailed >= 0) return r;
+        for (RankResult r : ranks)
+            if (r.present() && r.status() != 0 && !r.stopped()) return r;
         for (RankResult r : ranks)
             if (r.present() && r.status() != 0) return r;
         for (RankResult r : ranks)
@@ -44,10 +66,16 @@ public final class JobResult {
     }
 
     /**
-     * One sentence naming what failed first (a rank with its task, host and error text; a
-     * rank that never reported; or mpirun), or null when the job succeeded.
+     * One sentence naming what failed first on its own, as hvd-driver's last line does (a rank
+     * with its task, host and error text; a task service, an agent or orted; a rank that never
+     * reported; or mpirun), or null when the job succeeded.
      */
     public String failureMessage() {
+        boolean ok = mpirunStatus == 0 && !timedOut;
+        for (RankResult r : ranks)
+            ok &= r.ok();
+        if (ok) return null;
+        if (failure != null) return "job failed: " + failure;
         RankResult r = firstFailedRank();
         if (r != null) return "job failed: " + r.failure();
         if (timedOut) return "job failed: it ran past its timeout and mpirun was stopped";

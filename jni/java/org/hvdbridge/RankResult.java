@@ -14,9 +14,16 @@ public final class RankResult implements Serializable {
     private final int status;
     private final byte[] data;
     private final String error;
+    private final boolean stopped;
 
     public RankResult(int rank, int taskIndex, String hostHash, boolean present, int status,
                       byte[] data, String error) {
+        this(rank, taskIndex, hostHash, present, status, data, error, false);
+    }
+
+    public RankResult(int rank, int taskIndex, String hostHash, boolean present, int status,
+                      byte[] data, String error, boolean stopped) {
+        this.stopped = stopped;
         this.rank = rank;
         this.taskIndex = taskIndex;
         this.hostHash = hostHash;
@@ -28,9 +35,10 @@ public final class RankResult implements Serializable {
 
     /* Built by the native code; text arrives as bytes (UTF-8, possibly invalid). */
     RankResult(int rank, int taskIndex, byte[] hostHash, boolean present, int status,
-               byte[] data, byte[] error) {
+               byte[] data, byte[] error, boolean stopped) {
         this(rank, taskIndex, hostHash == null ? null : new String(hostHash, StandardCharsets.UTF_8),
-             present, status, data, error == null ? null : new String(error, StandardCharsets.UTF_8));
+             present, status, data, error == null ? null : new String(error, StandardCharsets.UTF_8),
+             stopped);
     }
 
     /** The rank (OMPI_COMM_WORLD_RANK), -1 when unknown. */
@@ -76,6 +84,14 @@ public final class RankResult implements Serializable {
     /** The error text, or null. */
     public String error() {
         return error;
+    }
+
+    /**
+     * True when orted stopped the rank as the job ended (SIGTERM from the job, not a failure of
+     * its own: another part of the job failed first).
+     */
+    public boolean stopped() {
+        return stopped;
     }
 
     /** One sentence saying how the rank failed, or null when it succeeded. */

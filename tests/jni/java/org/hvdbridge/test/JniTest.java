@@ -460,25 +460,34 @@ public final class JniTest {
         awaitNoMarked(marker, 10_000);
     }
 
-    /** A failing rank: its status and error text reach the driver and its task, in order. */
+    /**
+     * A failing rank: its status and error text reach the driver and its task, in order; the
+     * others, still running, are stopped by the job's end and not blamed although their rank
+     * numbers are lower (those that report say they were stopped).
+     */
     static void failingRank() throws Exception {
         int n = 4;
-        try (DriverService d = DriverService.start(n, EntryPoint.sharedObject(probeLib, "probe_entry", "fail=2".getBytes()), null)) {
+        try (DriverService d = DriverService.start(n, EntryPoint.sharedObject(probeLib, "probe_entry", "fail=3 sleep=60".getBytes()), null)) {
             List<TaskThread> tasks = startTasks(d, n, 2, null);
             JobResult jr = d.runJob(opts(null));
             System.out.println(jr);
             check(!jr.succeeded(), "the job should fail");
             check(jr.mpirunStatus() != 0, "mpirun status " + jr.mpirunStatus());
-            RankResult r2 = jr.ranks()[2];
-            check(r2.present() && r2.status() == 3 && r2.error().contains("rank 2 failed on purpose"), "rank 2: " + r2);
-            check(jr.failureMessage().contains("rank 2 (task 2") && jr.failureMessage().contains("failed on purpose"),
+            RankResult r3 = jr.ranks()[3];
+            check(r3.present() && r3.status() == 3 && r3.error().contains("rank 3 failed on purpose"), "rank 3: " + r3);
+            check(jr.firstFailedRank() == r3, "first failed: " + jr.firstFailedRank());
+            for (int i = 0; i < 3; i++) {
+                RankResult r = jr.ranks()[i];
+                check(!r.present() || r.stopped(), "rank " + i + " was only stopped: " + r);
+            }
+            check(jr.failureMessage().contains("rank 3 (task 3") && jr.failureMessage().contains("failed on purpose"),
                   "failure message: " + jr.failureMessage());
-            HvdJobException e = expect(HvdJobException.class, "rank 2 failed on purpose", jr::throwIfFailed);
+            HvdJobException e = expect(HvdJobException.class, "rank 3 failed on purpose", jr::throwIfFailed);
             check(e.result() == jr, "exception's result");
             joinTasks(tasks, 30_000);
-            TaskThread t2 = tasks.get(2);
-            check(t2.result != null && t2.result.status() == 3 && t2.result.error().contains("failed on purpose"),
-                  "task 2's result: " + t2.result + " / " + t2.failure);
+            TaskThread t3 = tasks.get(3);
+            check(t3.result != null && t3.result.status() == 3 && t3.result.error().contains("failed on purpose"),
+                  "task 3's result: " + t3.result + " / " + t3.failure);
         }
     }
 
