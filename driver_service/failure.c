@@ -254,6 +254,25 @@ int drv_lost_text(hvd_driver *d, char *buf, size_t cap, uint64_t *seq) {
     return 0;
 }
 
+int hvd_driver_next_job(hvd_driver *d, hvd_err *err) {
+    pthread_mutex_lock(&d->mu);
+    drv_registry *r = &d->reg;
+    uint32_t *idx = malloc((r->nact ? r->nact : 1) * sizeof *idx);
+    int rc = idx ? 0 : hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    if (rc == 0) {
+        memcpy(idx, r->act, r->nact * sizeof *idx);
+        rc = drv_reg_set_active(r, idx, r->nact, err); /* the same tasks, nothing of the job */
+    }
+    if (rc == 0) {
+        d->nevents = 0;
+        for (size_t i = 0; i < r->nhosts; i++)
+            r->hosts[i].agent_seen = false;
+    }
+    pthread_mutex_unlock(&d->mu);
+    free(idx);
+    return rc;
+}
+
 /* ---- Agents that never came ----------------------------------------------------------------- */
 
 /* When agents of some hosts reached the driver and others never did, mpirun could not start

@@ -26,6 +26,10 @@ typedef struct launch_opts {
                                  long is lost (network partition) */
     const char *results_json; /* --results-json FILE */
     const char *env_file;     /* serve: --env-file FILE */
+    int jobs;                 /* serve: --jobs N, jobs one after another over the same tasks
+                                 (0: until interrupted; default 1) */
+    bool many_commands;       /* the task services run one command after another (hvd-task
+                                 --elastic): an elastic job, or serve with --jobs other than 1 */
     hvd_mpi_impl mpi;         /* --mpi: whose launcher (HVD_MPI_AUTO: ask it) */
     const char *mpirun;       /* --mpirun PATH: the launcher (NULL: mpirun in PATH) */
     const char **mpi_args;    /* --mpi-arg, in order, NULL-terminated */

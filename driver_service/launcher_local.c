@@ -56,7 +56,7 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
         hvd_strb_add(&a, "--bind");
         hvd_strb_add(&a, o->bind);
     }
-    if (o->elastic) hvd_strb_add(&a, "--elastic");
+    if (o->many_commands) hvd_strb_add(&a, "--elastic");
     char **argv = hvd_strb_finish(&a);
     /* Open MPI 5's daemons tell hosts apart by gethostname(): fake hosts of one machine each
      * get a hostname of their own (docs/launcher.md, "Open MPI 5"), the host hash when it fits. */

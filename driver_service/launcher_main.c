@@ -206,6 +206,33 @@ static void wait_for_results(hvd_driver *d, int np) {
     }
 }
 
+/* serve: each job's results, one job after another (--jobs). Returns the first failed job's
+ * exit status, or 0. */
+static int serve_jobs(hvd_driver *d, const launch_opts *o) {
+    int rc = 0;
+    for (int job = 1; o->jobs == 0 || job <= o->jobs; job++) {
+        wait_for_results(d, o->np);
+        bool last = (o->jobs != 0 && job == o->jobs) ||
+                    __atomic_load_n(watch_stop_flag(), __ATOMIC_SEQ_CST);
+        if (last) watch_ignore_lost(); /* the tasks are shut down next */
+        char why[512];
+        watch_stop_reason(why, sizeof why);
+        job_end_info end = {.mpirun = NULL, .stopped = why};
+        if (o->jobs != 1) fprintf(stderr, "hvd-driver: job %d:\n", job);
+        int jrc = report_results(d, o, &end);
+        if (rc == 0) rc = jrc;
+        if (last) break;
+        hvd_err err;
+        if (hvd_driver_next_job(d, &err) != 0) {
+            fprintf(stderr, "hvd-driver: cannot ready the next job: %s\n", err.msg);
+            return rc ? rc : 1;
+        }
+        fprintf(stderr, "hvd-driver: ready for job %d: run mpirun with %s again\n", job + 1,
+                o->env_file);
+    }
+    return rc;
+}
+
 /* serve: the tasks are in; writes the env file and waits for the ranks. */
 static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, const char *addrs,
                  ssh_tasks *ssh) {
@@ -227,12 +254,7 @@ static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, con
     }
     fprintf(stderr, "hvd-driver: all %d tasks are in; wrote %s. Now run mpirun with it.\n", o->np,
             o->env_file);
-    wait_for_results(d, o->np);
-    watch_ignore_lost();
-    char why[512];
-    watch_stop_reason(why, sizeof why);
-    job_end_info end = {.mpirun = NULL, .stopped = why};
-    rc = report_results(d, o, &end);
+    rc = serve_jobs(d, o);
 out:
     hvd_launch_parts_free(&parts);
     hvd_strv_free(ifaces);
@@ -384,7 +406,7 @@ static int start_tasks(job *j) {
                 "(I = 0..%d; copy the secret file there with mode 0600, never on a command "
                 "line)\n",
                 j->o.elastic ? j->o.np : n, j->dir.secret_file, j->addrs,
-                j->o.elastic ? " --elastic" : "", n - 1);
+                j->o.many_commands ? " --elastic" : "", n - 1);
     }
     return 0;
 }

@@ -38,7 +38,8 @@ static const char USAGE[] =
     "    . FILE; \"$HVD_MPIRUN\" -np $HVD_NP $HVD_HOSTS_OPT \"$HVD_HOSTS\" $HVD_AGENT_ARGS \\\n"
     "        $HVD_MPIRUN_ARGS $HVD_IFACE_ARGS \"$HVD_EXEC\" < /dev/null\n"
     "  (docs/launcher.md spells it out per MPI). It exits once every rank reported a result\n"
-    "  (printing the table), or on Ctrl-C.\n"
+    "  (printing the table), or on Ctrl-C; with --jobs N it serves N jobs (mpirun runs) one\n"
+    "  after another over the same task services, a table after each.\n"
     "\n"
     "Options:\n"
     "  -np N               number of tasks, and of ranks (one rank per task); with\n"
@@ -73,6 +74,9 @@ static const char USAGE[] =
     "                      driver that long (default 15, or HVD_NET_TIMEOUT; local and ssh\n"
     "                      tasks get it, start other tasks with --net-timeout S as well)\n"
     "  --nics a,b          use these interfaces; skip probing\n"
+    "  --jobs N            serve: N jobs one after another over the same task services (0:\n"
+    "                      until Ctrl-C; default 1). Tasks started by hand need --elastic\n"
+    "                      (they run one command after another)\n"
     "  --bind ADDR         listen only there: a numeric address, or an interface name such\n"
     "                      as lo (default: every interface); --local task services too\n"
     "  --mpi IMPL          whose launcher runs the job, and so which command line:\n"
@@ -108,6 +112,7 @@ enum {
     OPT_NET_TIMEOUT,
     OPT_RESULTS_JSON,
     OPT_ENV_FILE,
+    OPT_JOBS,
     OPT_MPI_ARG,
     OPT_MPI,
     OPT_MPIRUN,
@@ -137,6 +142,7 @@ static const struct option LONG_OPTS[] = {
     {"net-timeout", required_argument, NULL, OPT_NET_TIMEOUT},
     {"results-json", required_argument, NULL, OPT_RESULTS_JSON},
     {"env-file", required_argument, NULL, OPT_ENV_FILE},
+    {"jobs", required_argument, NULL, OPT_JOBS},
     {"mpi-arg", required_argument, NULL, OPT_MPI_ARG},
     {"mpi", required_argument, NULL, OPT_MPI},
     {"mpirun", required_argument, NULL, OPT_MPIRUN},
@@ -218,6 +224,8 @@ static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
     case OPT_ENV_FILE:
         o->env_file = v;
         return 0;
+    case OPT_JOBS:
+        return number("--jobs", v, 0, 1 << 30, &o->jobs);
     case OPT_NICS:
         o->nics = v;
         return 0;
@@ -279,6 +287,8 @@ static int check(launch_opts *o) {
     if (o->payload && !o->command) return usage_error("--payload goes with -- COMMAND");
     if (o->serve && !o->env_file) return usage_error("serve needs --env-file FILE");
     if (o->serve && o->local_hosts) return usage_error("serve does not start local tasks");
+    if (!o->serve && o->jobs != 1) return usage_error("--jobs goes with serve");
+    o->many_commands = o->elastic || o->jobs != 1;
     if (o->ssh_hosts && o->local_hosts)
         return usage_error("--local and --ssh-hosts exclude each other");
     if (!o->ssh_hosts && (o->ssh_port || o->ssh_user || o->ssh_identity || o->ssh_known_hosts ||
@@ -290,6 +300,7 @@ static int check(launch_opts *o) {
 /* The defaults, the network timeout from the environment first. */
 static int defaults(launch_opts *o) {
     o->start_timeout_s = HVD_START_TIMEOUT_DEFAULT_S;
+    o->jobs = 1;
     o->net_timeout_s = HVD_NET_TIMEOUT_DEFAULT_S;
     elastic_opts_defaults(o);
     const char *nt = getenv(HVD_NET_TIMEOUT_ENV);

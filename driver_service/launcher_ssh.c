@@ -264,7 +264,7 @@ static char *launch_command(const ssh_tasks *st, const ssh_host *h, int k,
         sb_add(&s, " --index %d --start-timeout %d --net-timeout %d --log-level %s", t,
                o->start_timeout_s, o->net_timeout_s, o->verbose ? "info" : "warn");
         if (h->hash[0]) sb_add(&s, " --host-hash %s", h->hash);
-        if (o->elastic) sb_add(&s, " --elastic");
+        if (o->many_commands) sb_add(&s, " --elastic");
         sb_add(&s, ") & pids=\"$pids $!\"; ");
     }
     sb_add(&s, "rc=0; for p in $pids; do wait \"$p\" || { r=$?; [ \"$rc\" -ne 0 ] || rc=$r; }; "

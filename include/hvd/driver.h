@@ -199,6 +199,12 @@ int hvd_driver_tasks(hvd_driver *d, hvd_task_brief **out, size_t *n, hvd_err *er
  * not registered, or given twice). */
 int hvd_driver_set_active(hvd_driver *d, const uint32_t *idx, size_t n, hvd_err *err);
 
+/* Readies the driver for another job (mpirun run) over the same tasks (hvd-driver serve --jobs;
+ * the tasks run one command after another, hvd_task_config.elastic): the last job's ranks,
+ * results and what the driver noted of its agents and failures are forgotten; the tasks, their
+ * interfaces and any lost task stay. Returns 0, or -1 with err. */
+int hvd_driver_next_job(hvd_driver *d, hvd_err *err);
+
 /* The lowest active index (the task of rank 0), or -1 if none is registered. */
 int64_t hvd_driver_first_active(hvd_driver *d);
 

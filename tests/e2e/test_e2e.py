@@ -292,8 +292,9 @@ def test_mpi_mismatch():
     hvdtest.assert_no_leftovers(mark)
 
 
-def start_tasks(n, env, hosts, gpus=None):
-    return [hvdtest.start_task(ARGS.bin, i, env, hosts[i], args=["--gpus", gpus[i]] if gpus else [],
+def start_tasks(n, env, hosts, gpus=None, args=()):
+    return [hvdtest.start_task(ARGS.bin, i, env, hosts[i],
+                               args=(["--gpus", gpus[i]] if gpus else []) + list(args),
                                stderr=subprocess.PIPE) for i in range(n)]
 
 
@@ -321,14 +322,15 @@ def test_remote_tasks_with_gpus():
     hvdtest.assert_no_leftovers(mark)
 
 
-def serve_with_tasks(mark, d, n, hosts, entry_arg=None):
+def serve_with_tasks(mark, d, n, hosts, entry_arg=None, serve_args=(), task_args=()):
     env_file = os.path.join(d, "job.env")
     env = hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d)
     extra = ["--entry-arg", entry_arg] if entry_arg else []
     srv = hvdtest.start_driver(ARGS.bin, ["serve", "-np", str(n), "--env-file", env_file, *mpi_opts(),
-                                          "--entry", ARGS.probe_lib + ":probe_entry", *extra], env, d)
+                                          *serve_args, "--entry", ARGS.probe_lib + ":probe_entry", *extra],
+                               env, d)
     tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve"))
-    tasks = start_tasks(n, tenv, hosts)
+    tasks = start_tasks(n, tenv, hosts, args=task_args)
     hvdtest.wait_for(lambda: os.path.exists(env_file), 60, "the env file")
     time.sleep(0.2)
     return srv, tasks, hvdtest.read_env_file(env_file), env
@@ -373,6 +375,62 @@ def case_by_hand(cmd):
         check(b"rank" in se2 and b"e2e-byhand-a" in se2, "serve prints the table:\n" + se2.decode())
         for t in tasks:
             t.wait(timeout=30)
+    hvdtest.assert_no_leftovers(mark)
+
+
+def test_serve_jobs():
+    """serve --jobs 3: three mpirun runs one after another over the same task services (started
+    by hand with --elastic), each with its own results; the second is stopped mid-way and
+    fails, the third succeeds anyway; serve exits with the failed job's status."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        out, env_file, errfile = (os.path.join(d, f) for f in ("results.json", "job.env", "serve.err"))
+        env = hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d)
+
+        def said():
+            with open(errfile, "rb") as f:
+                return f.read().decode(errors="replace")
+
+        err = open(errfile, "w+b")
+        srv = hvdtest.start_driver(ARGS.bin, ["serve", "-np", "2", "--env-file", env_file, *mpi_opts(),
+                                              "--jobs", "3", "--results-json", out, "--entry",
+                                              ARGS.probe_lib + ":probe_entry", "--entry-arg", "sleep=3"],
+                                   env, d, stderr=err)
+        tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve", errfile=err))
+        tasks = start_tasks(2, tenv, ["e2e-jobs-a", "e2e-jobs-b"], args=["--elastic"])
+        hvdtest.wait_for(lambda: os.path.exists(env_file), 60, "the env file")
+        time.sleep(0.2)
+        vals = hvdtest.read_env_file(env_file)
+        menv = dict(env, HVD_DRIVER_ADDRS=vals["HVD_DRIVER_ADDRS"], HVD_SECRET_FILE=vals["HVD_SECRET_FILE"])
+        texts = []
+        for job in range(3):
+            for r in range(2):
+                if os.path.exists(os.path.join(d, "state.%d" % r)):
+                    os.unlink(os.path.join(d, "state.%d" % r))
+            p = subprocess.Popen(mpirun_cmd(vals), env=menv, cwd=d, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, start_new_session=True)
+            if job == 1:  # stopped from outside while its ranks sleep
+                hvdtest.wait_for(lambda: all(os.path.exists(os.path.join(d, "state.%d" % r)) for r in range(2)),
+                                 60, "job 2's ranks in the entry point")
+                p.send_signal(signal.SIGTERM)
+            _, perr = p.communicate(timeout=120)
+            check((p.returncode == 0) == (job != 1), "mpirun of job %d exited %d: %s" % (
+                job + 1, p.returncode, perr.decode()[-2000:]))
+            ready = "ready for job %d" % (job + 2) if job < 2 else "hvd-driver: job 3:"
+            hvdtest.wait_for(lambda: ready in said(), 60, "serve: " + ready)
+            texts.append([r.get("result_text") or "" for r in load_results(out)["ranks"]])
+        srv.wait(timeout=60)
+        err.close()
+        text = said()
+        for job in (1, 2, 3):
+            check("hvd-driver: job %d:" % job in text, "serve names job %d:\n%s" % (job, text))
+        check(srv.returncode != 0, "serve exits with the failed job's status:\n" + text)
+        check(text.count("job failed:") == 1 and "mpirun's exit status is not known here" in text,
+              "only job 2 failed, named without an mpirun status:\n" + text)
+        check(all("rank=%d " % r in texts[2][r] for r in range(2)), "job 3's results: %s" % texts[2])
+        for t in tasks:
+            t.wait(timeout=30)
+            check(t.returncode == 0, "a task service exited %d" % t.returncode)
     hvdtest.assert_no_leftovers(mark)
 
 
