@@ -386,7 +386,7 @@ int drv_reg_plan(drv_registry *r, drv_plan_stats *st) {
             if (gsize[g] > 1) t->probe_to[t->nprobe++] = ph[lead[g] + (k + 1) % gsize[g]].rep;
             for (size_t o = 0; k == 0 && o < ng; o++)
                 if (o != g) t->probe_to[t->nprobe++] = ph[lead[o]].rep;
-            qsort(t->probe_to, t->nprobe, sizeof *t->probe_to, cmp_u32);
+            if (t->nprobe > 1) qsort(t->probe_to, t->nprobe, sizeof *t->probe_to, cmp_u32);
             st->pairs += t->nprobe;
         }
     }
