@@ -77,8 +77,14 @@ class Job:
         return out
 
     def wait_commit(self, n, what):
-        hvdtest.wait_for(lambda: any(c >= n for c in self.commits()), JOB_LIMIT,
-                         "%s (commit %d in %s)" % (what, n, self.log))
+        try:
+            hvdtest.wait_for(lambda: any(c >= n for c in self.commits()) or self.proc.poll() is not None,
+                             JOB_LIMIT, "%s (commit %d in %s)" % (what, n, self.log))
+        except hvdtest.Failure as e:
+            raise hvdtest.Failure("%s; hvd-driver's stderr so far:\n%s" % (e, self.stderr()[-4000:]))
+        if not any(c >= n for c in self.commits()):
+            raise hvdtest.Failure("hvd-driver exited %d before %s (commit %d):\n%s" % (
+                self.proc.returncode, what, n, self.stderr()[-4000:]))
 
     def stderr(self):
         self.err.seek(0)
