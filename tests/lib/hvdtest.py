@@ -126,9 +126,36 @@ def marked_env(mark, bin_dir=None, **extra):
     env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     if bin_dir:
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+        if tsan_build(bin_dir):
+            mpi_under_tsan(env)
     for k in CLEARED_VARS:
         env.pop(k, None)
     env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+_TSAN_BUILDS = {}
+
+
+def tsan_build(bin_dir):
+    """Whether bin_dir's hvd-exec is a ThreadSanitizer build (it carries the TSan runtime)."""
+    if bin_dir not in _TSAN_BUILDS:
+        try:
+            with open(os.path.join(bin_dir, "hvd-exec"), "rb") as f:
+                _TSAN_BUILDS[bin_dir] = b"__tsan_init" in f.read()
+        except OSError:
+            _TSAN_BUILDS[bin_dir] = False
+    return _TSAN_BUILDS[bin_dir]
+
+
+def mpi_under_tsan(env):
+    """What ranks that run Open MPI inside a TSan build of hvd-exec need: TSan's reports of
+    Open MPI's own lock order left out (tests/lib/mpi-tsan.supp), and Open MPI 5's PMIx kept
+    off shared memory at fixed addresses, which TSan's memory layout does not leave free
+    (PMIX_MCA_gds=hash, what PMIx's own message advises)."""
+    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi-tsan.supp")
+    env["TSAN_OPTIONS"] = (env.get("TSAN_OPTIONS", "") + ":suppressions=" + supp).lstrip(":")
+    env["PMIX_MCA_gds"] = "hash"
     return env
 
 
