@@ -506,7 +506,6 @@ def main():
     p.add_argument("--hosts", type=ints, default=[2, 4, 8, 16])
     p.add_argument("--mpi", type=lambda s: [x for x in s.split(",") if x], default=["openmpi4"],
                    help="openmpi4,openmpi5,mpich (the wheels: scripts/install-mpi-wheels.sh)")
-    p.add_argument("--agents", type=lambda s: [x for x in s.split(",") if x], default=AGENTS)
     p.add_argument("--agent-calls", type=int, default=0,
                    help="also time N single agent calls without a launcher (0: none)")
     p.add_argument("--e2e", type=ints, default=[2, 4, 8, 16, 32], help="'' to skip")
