@@ -130,27 +130,9 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     spark = _SparkJob(sc, group, num_proc, task_fn, driver)
     out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
     err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
-    spark.start()
-    try:
-        status, timed_out, stopped = _run_job(driver, bin_dir=bin_dir(), mpi_args=mpi_args,
-                                              start_timeout=start, stdout_fd=out.fd,
-                                              stderr_fd=err.fd)
-        reason = "the Spark job failed: %s" % spark.error if spark.error else None
-        failure, first_failed = driver.failure()
-        return _job.values_or_raise(driver.results(), status, reason, failure, first_failed)
-    except _core.HvdError as e:
-        if spark.error is not None:
-            raise _job.JobError("%s (the Spark job failed: %s)" % (e, spark.error)) from e
-        raise
-    finally:
-        driver.shutdown_tasks()
-        spark.join(30)
-        if spark.is_alive():
-            sc.cancelJobGroup(group)
-            spark.join(30)
-        driver.stop()
-        out.join(5)
-        err.join(5)
+    return _drive(sc, group, spark, driver, out, err, lambda: _run_job(
+        driver, bin_dir=bin_dir(), mpi_args=mpi_args, start_timeout=start, stdout_fd=out.fd,
+        stderr_fd=err.fd)[0])
 
 
 def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=None,
@@ -195,13 +177,20 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
     spark = _SparkJob(sc, group, max_np, task_fn, driver, barrier=False)
     out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
     err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
+    return _drive(sc, group, spark, driver, out, err, lambda: _run_job(
+        driver, run=driver.run_elastic, bin_dir=bin_dir(), min_np=min_np, max_np=max_np,
+        np=num_proc, reset_limit=-1 if reset_limit is None else int(reset_limit),
+        elastic_timeout=elastic, mpi_args=mpi_args, start_timeout=start, stdout_fd=out.fd,
+        stderr_fd=err.fd)[0])
+
+
+def _drive(sc, group, spark, driver, out, err, launch):
+    """Starts the Spark stage of task services, runs launch() (-> mpirun's status) and returns
+    the ranks' values, or raises naming what failed first; then ends the tasks, the stage
+    (cancelled if it does not end by itself), the driver and the output forwarders."""
     spark.start()
     try:
-        status, timed_out, stopped, resets = _run_job(
-            driver, run=driver.run_elastic, bin_dir=bin_dir(), min_np=min_np, max_np=max_np,
-            np=num_proc, reset_limit=-1 if reset_limit is None else int(reset_limit),
-            elastic_timeout=elastic, mpi_args=mpi_args, start_timeout=start, stdout_fd=out.fd,
-            stderr_fd=err.fd)
+        status = launch()
         reason = "the Spark job failed: %s" % spark.error if spark.error else None
         failure, first_failed = driver.failure()
         return _job.values_or_raise(driver.results(), status, reason, failure, first_failed)
