@@ -196,6 +196,16 @@ static PyObject *driver_wait_registration(DriverObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The driver of self when no job runs on it, or NULL with a Python error. */
+static hvd_driver *idle_driver(DriverObject *self) {
+    hvd_driver *d = driver_of(self);
+    if (d && self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "a job is already running on this driver");
+        return NULL;
+    }
+    return d;
+}
+
 /* run_job(bin_dir, exec_bin_dir=None, mpi_args=(), env=(), timeout=0, start_timeout=120,
  *         stdout_fd=-1, stderr_fd=-1) -> (mpirun status, timed_out, stopped) */
 static PyObject *driver_run_job(DriverObject *self, PyObject *args, PyObject *kw) {
@@ -208,12 +218,8 @@ static PyObject *driver_run_job(DriverObject *self, PyObject *args, PyObject *kw
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zOOddii", kwlist, &bin_dir, &exec_bin_dir, &mpi_o,
                                      &env_o, &timeout, &start_timeout, &out_fd, &err_fd))
         return NULL;
-    hvd_driver *d = driver_of(self);
+    hvd_driver *d = idle_driver(self);
     if (!d) return NULL;
-    if (self->running) {
-        PyErr_SetString(PyExc_RuntimeError, "a job is already running on this driver");
-        return NULL;
-    }
     char **mpi = NULL, **env = NULL;
     int start_ms;
     if (ms_from(start_timeout, "start_timeout", &start_ms) != 0 ||
@@ -282,12 +288,8 @@ static PyObject *driver_run_elastic(DriverObject *self, PyObject *args, PyObject
                                      &np, &reset_limit, &elastic_timeout, &mpi_o, &env_o, &timeout,
                                      &start_timeout, &out_fd, &err_fd))
         return NULL;
-    hvd_driver *d = driver_of(self);
+    hvd_driver *d = idle_driver(self);
     if (!d) return NULL;
-    if (self->running) {
-        PyErr_SetString(PyExc_RuntimeError, "a job is already running on this driver");
-        return NULL;
-    }
     char **mpi = NULL, **env = NULL;
     int start_ms, el_ms;
     if (ms_from(start_timeout, "start_timeout", &start_ms) != 0 ||
