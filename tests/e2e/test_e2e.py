@@ -336,6 +336,23 @@ def serve_with_tasks(mark, d, n, hosts, entry_arg=None, serve_args=(), task_args
     return srv, tasks, hvdtest.read_env_file(env_file), env
 
 
+# prterun (Open MPI 5.0.11) now and then fails at its own start, before it calls any agent, with
+# only this line: seen twice in this suite (once in CI, once under parallel load), never in 600
+# bare prterun launches (6 loops at once). Not something the agent can cause or cure.
+PRRTE_START_FLAKE = "The PMIx server's listener thread failed to start"
+
+
+def run_launcher(cmd, env, **kw):
+    """run() for a launcher the test starts itself (the user's mpirun command): tried again, at
+    most twice, when the launcher failed at its own start before it reached the agent."""
+    for attempt in range(3):
+        rc, so, se, dt = run(cmd, env, **kw)
+        if rc == 0 or PRRTE_START_FLAKE not in so + se or "hvd-rsh" in so + se or attempt == 2:
+            return rc, so, se, dt
+        print("note: the launcher failed at its own start (%s); trying again" % PRRTE_START_FLAKE,
+              flush=True)
+
+
 def mpirun_cmd(vals, hosts_override=None, np_=None):
     """The command of docs/launcher.md's generic form, as argv, from the env file's values."""
     return [vals["HVD_MPIRUN"], "-np", np_ or vals["HVD_NP"], vals["HVD_HOSTS_OPT"],
@@ -368,7 +385,7 @@ def case_by_hand(cmd):
         # The user's shell: the launcher in PATH (the wheel's bin/ for Open MPI 5 and MPICH).
         if mpi()["prefix"]:
             env = dict(env, PATH=os.path.join(mpi()["prefix"], "bin") + os.pathsep + env["PATH"])
-        rc, so, se, dt = run(["sh", "-c", cmd], env, timeout=120, cwd=d)
+        rc, so, se, dt = run_launcher(["sh", "-c", cmd], env, timeout=120, cwd=d)
         check(rc == 0, "the user's command exited %d:\n%s\n%s\n%s" % (rc, cmd, so, se))
         so2, se2 = srv.communicate(timeout=60)
         check(srv.returncode == 0, "serve exits 0 once every rank reported: %s" % se2.decode())
@@ -479,7 +496,8 @@ def test_agent_failures():
              None, "secret"),
         ]
         for name, e, hosts, expect in cases:
-            rc, so, se, dt = run(mpirun_cmd(vals, hosts_override=hosts, np_="1"), e, timeout=60, cwd=d)
+            rc, so, se, dt = run_launcher(mpirun_cmd(vals, hosts_override=hosts, np_="1"), e,
+                                          timeout=60, cwd=d)
             check(rc != 0, "%s: mpirun must fail" % name)
             check(dt < 30, "%s: mpirun ended after %.1f s" % (name, dt))
             check("hvd-rsh:" in so + se and expect in so + se,
