@@ -7,8 +7,11 @@
  * drained (hvd_call_on_writable, hvd_local_out_notify). The command then fills its pipe and
  * blocks in write(). So the service holds at most one read buffer per pipe, one formatted
  * chunk, and what the server's per-connection bound allows: it never buffers without bound.
- * A subscriber that stops reading altogether is dropped by the server's write timeout; its
- * cancellation resumes the others.
+ * The agent that ran the command (the runner) must get every byte, so while it is behind the
+ * command waits, and if it stops reading altogether the server's write timeout drops it. An
+ * ATTACH subscriber is only watching: one that holds the output back for TASK_SUB_STALL_MS is
+ * answered with an error and left out, so that it cannot freeze the job's output for everybody
+ * until the write timeout (30 s). Either way the others resume.
  *
  * The command has ended when its exit descriptor fired (the keeper is gone, so every
  * process of the command is gone) and both pipes reached end-of-file with everything read
@@ -75,7 +78,51 @@ static bool room_ok(hvd_task *t) {
 static void on_sub_writable(void *arg) {
     task_sub *s = arg;
     s->armed = false;
+    s->behind_ms = 0;
     pump_resume(s->t);
+}
+
+static bool sub_behind(const task_sub *s) {
+    return s->call && s->active &&
+           hvd_call_stream_room(s->call) < TASK_CHUNK_MAX + TASK_CHUNK_SLACK;
+}
+
+static void arm_stall_timer(hvd_task *t, int delay_ms);
+
+/* Loop timer: answers the ATTACH subscribers that held the output back for TASK_SUB_STALL_MS
+ * with an error, then lets the output go on to the others. */
+static void drop_stalled(void *arg) {
+    hvd_task *t = arg;
+    t->stall_timer = 0;
+    if (!t->cmd || !t->paused || t->loop_stopping) return;
+    int64_t now = hvd_now_ms(), next = 0;
+    bool dropped = false;
+    for (task_sub *s = t->subs; s; s = s->next) {
+        if (s->runner || !s->behind_ms || !sub_behind(s)) continue;
+        int64_t left = s->behind_ms + TASK_SUB_STALL_MS - now;
+        if (left > 0) {
+            if (!next || left < next) next = left;
+            continue;
+        }
+        task_log(t, HVD_LOG_WARN,
+                 "dropped the subscriber at %s: it read none of the command's "
+                 "output for %d ms while the others waited",
+                 s->peer, TASK_SUB_STALL_MS);
+        hvd_call *c = s->call;
+        s->call = NULL; /* answered: swept below */
+        hvd_call_fail(c, HVD_E_TIMEOUT,
+                      "%s: dropped: this subscriber read none of the command's "
+                      "output for %d ms while the others waited",
+                      t->name, TASK_SUB_STALL_MS);
+        dropped = true;
+    }
+    if (next) arm_stall_timer(t, (int)next);
+    if (dropped) pump_call_gone(t);
+}
+
+static void arm_stall_timer(hvd_task *t, int delay_ms) {
+    if (!t->stall_timer)
+        t->stall_timer = hvd_loop_timer(hvd_server_loop(t->srv), delay_ms, drop_stalled, t);
 }
 
 /* Takes the pipes off the loop and asks the sinks without room to call back. */
@@ -93,9 +140,13 @@ static void pause_pipes(hvd_task *t) {
     for (task_sub *s = t->subs; s; s = s->next) {
         if (!s->call || !s->active) continue;
         any = true;
-        if (!s->armed && hvd_call_stream_room(s->call) < TASK_CHUNK_MAX + TASK_CHUNK_SLACK) {
+        if (!s->armed && sub_behind(s)) {
             s->armed = true;
             hvd_call_on_writable(s->call, on_sub_writable, s);
+        }
+        if (s->armed && !s->runner) {
+            if (!s->behind_ms) s->behind_ms = hvd_now_ms();
+            arm_stall_timer(t, TASK_SUB_STALL_MS);
         }
     }
     if (!any && t->local) hvd_local_out_notify(t->local);
@@ -220,6 +271,8 @@ int pump_start(hvd_task *t, bool prefix, bool timestamps, hvd_err *err) {
 }
 
 void pump_stop(hvd_task *t) {
+    hvd_loop_timer_cancel(hvd_server_loop(t->srv), t->stall_timer);
+    t->stall_timer = 0;
     for (int i = 0; i < 2; i++) {
         task_pipe *p = &t->pipes[i];
         hvd_loop_unwatch(hvd_server_loop(t->srv), p->watch);

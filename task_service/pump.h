@@ -14,6 +14,9 @@
 #define TASK_CHUNK_MAX   (64 * 1024)  /* largest formatted chunk handed to a sink */
 #define TASK_CHUNK_SLACK 256          /* framing overhead allowed for in room checks */
 #define TASK_LOCAL_MAX   (256 * 1024) /* bound of the queue to our own stdout/stderr */
+#define TASK_SUB_STALL_MS                                                                          \
+    2000 /* an ATTACH subscriber holding the output back this long is                              \
+            dropped (the agent that ran the command never is) */
 
 /* Watches a just-started command's pipes and exit fd. Returns 0 or -1 with err. */
 int pump_start(hvd_task *t, bool prefix, bool timestamps, hvd_err *err);

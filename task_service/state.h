@@ -57,6 +57,7 @@ typedef struct task_sub {
     hvd_call *call;          /* NULL once answered or cancelled; the struct is then swept */
     bool active;             /* receives output; false: an ATTACH held until a command starts */
     bool armed;              /* hvd_call_on_writable is pending */
+    int64_t behind_ms;       /* since when it holds the output back (0: it is not) */
     bool runner;             /* the RUN_COMMAND (attach) that started the command: its agent */
     char peer[HVD_HOST_MAX]; /* where its call came from */
     struct task_sub *next;
@@ -139,6 +140,7 @@ struct hvd_task {
     bool refused;          /* an abort came before any command: refuse RUN_COMMAND */
     bool exit_seen;        /* the command's exit fd fired */
     bool paused;           /* pipes unwatched until every sink has room */
+    uint64_t stall_timer;  /* drop_stalled is due (0: not armed) */
     bool tidy_posted;      /* a loop_tidy closure is queued */
     bool loop_stopping;
     task_pipe pipes[2];

@@ -172,8 +172,9 @@ def main():
     global ARGS
     ap = hvdtest.arg_parser("--bin", "--peer", "--probe-lib")
     ap.add_argument("--secs", type=float, default=1.5, help="seconds per attack case")
-    ap.add_argument("--stall-secs", type=float, default=3.0,
-                    help="how long the stalled-subscriber case watches (--full: 40, past the 30 s write timeout)")
+    ap.add_argument("--stall-secs", type=float, default=6.0,
+                    help="how long the stalled-subscriber case watches: its output must resume in that "
+                    "window, once the staller is dropped (2 s) (--full: 40)")
     ap.add_argument("--full", action="store_true", help="longer cases (3 s each, stall case 40 s)")
     reldoc.add_options(ap)
     ap.add_argument("cases", nargs="*", help="adv_peer case names (default: all)")

@@ -922,6 +922,66 @@ static void test_wait_exit(void) {
     drv_down(&x);
 }
 
+/* An ATTACH subscriber that stops reading while the agent that ran the command reads on: it is
+ * dropped after TASK_SUB_STALL_MS (2 s), and the output goes on to the agent. Before, the
+ * command waited for the server's write timeout, 120 s here, to drop the stalled one. */
+static void test_stalled_watcher(void) {
+    enum { TOTAL = 16 << 20, DEADLINE_MS = 20000 };
+    drv x;
+    if (!drv_up(&x, 1)) return;
+    tproc p = {0};
+    const char *extra[] = {"--min-lifetime", "0.1", "--net-timeout", "120", NULL};
+    spawn(&p, 0, "watched", x.text, extra, true, NULL);
+    if (drv_ready(&x)) {
+        sub_thread watcher = {0}, runner = {0};
+        stall st = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        watcher.on_chunk = stall_chunk;
+        watcher.user = &st;
+        sub_start(&watcher, &x, 0, NULL); /* ATTACH: held until the command starts */
+        sleep_ms(200);
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "head -c %d /dev/zero", TOTAL);
+        hvd_run_msg run = {.command = cmd, .attach = true};
+        sub_start(&runner, &x, 0, &run);
+
+        /* The command ends while the watcher is still stuck in its first chunk. */
+        hvd_client *c = task_client(&x, 0);
+        hvd_err err;
+        bool ended = false;
+        int64_t t0 = test_now_ms();
+        while (c && !ended && test_now_ms() - t0 < DEADLINE_MS) {
+            hvd_status_msg status = {0};
+            ended = hvd_client_call(c, &hvd_command_status_desc, NULL, &hvd_status_desc, &status, 0,
+                                    0, &err) == 0 &&
+                    status.ended;
+            if (!ended) sleep_ms(100);
+        }
+        int64_t took = test_now_ms() - t0;
+        pthread_mutex_lock(&st.mu);
+        bool stuck = st.got_first && !st.release;
+        st.release = true;
+        pthread_cond_broadcast(&st.cv);
+        pthread_mutex_unlock(&st.mu);
+        CHECK_MSG(ended && stuck, "the command %s after %lld ms with a stalled ATTACH subscriber",
+                  ended ? "ended" : "had not ended", (long long)took);
+        fprintf(stderr, "  with a stalled watcher the command ended after %lld ms\n",
+                (long long)took);
+        sub_join(&runner);
+        CHECK_MSG(runner.rc == 0 && runner.exit_code == 0, "%s", runner.err.msg);
+        CHECK_MSG(runner.sink.out.len == TOTAL, "the agent got %zu of %d bytes",
+                  runner.sink.out.len, TOTAL);
+        sub_join(&watcher);
+        CHECK(watcher.rc == -1);
+        CHECK_MSG(log_has(&p, "dropped the subscriber"), "the task's log says why");
+        hvd_client_close(c);
+        sub_free(&runner);
+        sub_free(&watcher);
+    }
+    CHECK(reap(&p, WAIT_MS) == 0);
+    check_log_clean(&p);
+    drv_down(&x);
+}
+
 /* Nobody attached and nobody reading the task's own stdout: the command blocks, and gets
  * going again once the reader does. */
 static void test_local_backpressure(void) {
@@ -1324,6 +1384,7 @@ int main(int argc, char **argv) {
     RUN(test_abort_tree);
     RUN(test_sigkill_task);
     RUN(test_slow_subscriber);
+    RUN(test_stalled_watcher);
     RUN(test_local_backpressure);
     RUN(test_driver_shutdown_race);
     RUN(test_cluster);
