@@ -900,7 +900,12 @@ int hvd_proc_reap(hvd_proc *c, int *exit_code) {
              * --error-exitcode, a sanitizer's exitcode in a forked child). */
             c->exit_code = c->exit_record;
         } else if (r == 0) {
-            c->exit_code = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
+            /* The keeper died without reporting (killed): its command may live on, re-parented
+             * away from us, a job process nobody watches. Its process group goes down now, and
+             * the command counts as killed by that SIGKILL. */
+            if (c->shell > 0) kill(-c->shell, SIGKILL);
+            c->exit_code = 128 + SIGKILL;
+            c->exit_signal = SIGKILL;
         } else {
             errno = saved;
             return -1;

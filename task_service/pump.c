@@ -240,6 +240,9 @@ static void on_exit_fd(int fd, uint32_t events, void *arg) {
     hvd_loop_unwatch(hvd_server_loop(t->srv), t->exit_watch);
     t->exit_watch = NULL;
     t->exit_seen = true;
+    /* Reaped now, not once the pipes are closed: a keeper that was killed leaves its command
+     * holding them, and reaping is what takes that command down (hvd_proc_reap). */
+    (void)hvd_proc_reap(t->cmd, NULL);
     check_end(t);
 }
 

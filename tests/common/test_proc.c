@@ -481,6 +481,29 @@ static void test_session_and_group(void) {
     CHECK(test_now_ms() - t0 < HVD_PROC_DEFAULT_GRACE_MS);
 }
 
+/* The keeper killed: the shell dies with it (PR_SET_PDEATHSIG), and reaping the keeper takes
+ * down what the shell left (its background sleep), which counts as killed by SIGKILL. */
+static void test_keeper_killed(void) {
+    struct scene s;
+    scene_init(&s);
+    hvd_proc *c = start("sleep 1000 & wait", s.envp, NULL, 0);
+    pid_t shell = c ? hvd_proc_pid(c) : 0;
+    if (c) {
+        CHECK(wait_marked(&s, 2, true) >= 2); /* the shell and its sleep */
+        CHECK(kill(hvd_proc_keeper_pid(c), SIGKILL) == 0);
+        CHECK(readable(hvd_proc_exit_fd(c), WAIT_MS));
+        int code = -1;
+        CHECK(hvd_proc_reap(c, &code) == 0);
+        CHECK_MSG(code == 137 && hvd_proc_exit_signal(c) == SIGKILL, "exit code %d, signal %d",
+                  code, hvd_proc_exit_signal(c));
+        int left = wait_marked(&s, 0, false);
+        CHECK_MSG(left == 0, "%d processes of the command outlived its keeper", left);
+        hvd_proc_free(c);
+    }
+    if (shell > 0) kill(-shell, SIGKILL); /* clean up even if a check failed */
+    scene_free(&s);
+}
+
 /* Abort: everything is gone afterwards, TERM handlers ran, and SIGKILL came no earlier than
  * the grace period. */
 static void check_abort_tree(int grace_ms) {
@@ -869,6 +892,7 @@ int main(void) {
     RUN(test_kill_tree);
     RUN(test_owner_killed);
     RUN(test_owner_killed_lifeline_held);
+    RUN(test_keeper_killed);
     RUN(test_daemon_outlives_shell);
     RUN(test_slow_reader);
     RUN(test_free_running);

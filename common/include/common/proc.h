@@ -16,7 +16,9 @@
  * it. The owner and the keeper share a control socket, which is also the lifeline: when the
  * owner dies for any reason, SIGKILL included, the keeper reads end-of-file and aborts the
  * command. PR_SET_PDEATHSIG on the keeper covers the case where a forked copy of the owner
- * still holds the socket; the shell gets PR_SET_PDEATHSIG(SIGKILL) in case the keeper dies.
+ * still holds the socket; the shell gets PR_SET_PDEATHSIG(SIGKILL) in case the keeper dies, and
+ * the owner SIGKILLs the command's process group when it reaps a keeper that died without
+ * reporting the command's end.
  *
  * Abort: SIGTERM and SIGCONT to the command's process group and to every descendant of the
  * keeper (found by walking /proc), then, after the grace period, SIGKILL to the group and to
