@@ -254,6 +254,18 @@ int drv_lost_text(hvd_driver *d, char *buf, size_t cap, uint64_t *seq) {
     return 0;
 }
 
+bool hvd_driver_lost_during_job(hvd_driver *d, const hvd_rank_result *r, size_t n) {
+    uint64_t last = 0;
+    for (size_t i = 0; i < n; i++)
+        if (r[i].present && r[i].order > last) last = r[i].order;
+    bool lost = false;
+    pthread_mutex_lock(&d->mu);
+    for (uint32_t i = 0; i < d->num_tasks && !lost; i++)
+        lost = d->reg.tasks[i].lost && d->reg.tasks[i].lost_seq < last;
+    pthread_mutex_unlock(&d->mu);
+    return lost;
+}
+
 int hvd_driver_next_job(hvd_driver *d, hvd_err *err) {
     pthread_mutex_lock(&d->mu);
     drv_registry *r = &d->reg;

@@ -199,6 +199,9 @@ int report_results(hvd_driver *d, const launch_opts *o, const job_end_info *end)
     bool ok = status == 0 && !end->stopped[0];
     for (size_t i = 0; i < n; i++)
         ok &= r[i].present && r[i].status == 0;
+    /* A static job's task service lost while ranks still ran fails it (an elastic job goes on
+     * without it: the reset already dealt with it). */
+    if (ok && !o->elastic && hvd_driver_lost_during_job(d, r, n)) ok = false;
     char why[1024] = "";
     int rc = ok ? 0 : blame(d, r, n, end, why, sizeof why);
     if (!ok) fprintf(stderr, "hvd-driver: job failed: %s\n", why);

@@ -133,6 +133,12 @@ void hvd_rank_failure_text(const hvd_rank_result *r, char *buf, size_t cap);
 hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, size_t n, char *buf,
                                     size_t cap);
 
+/* Whether a task service was lost before the last of the ranks' results in r reached the
+ * driver: the executor died while the job ran, even if every rank then reported (a rank lives
+ * on in another task's orted, or its result went to the driver directly). A job that ends so
+ * has failed; hvd_driver_failure names the task. Any thread. */
+bool hvd_driver_lost_during_job(hvd_driver *d, const hvd_rank_result *r, size_t n);
+
 /* Every rank's result in rank order, for ranks 0..N-1 (N = num_tasks): a rank that never
  * reported has present = false. index is the task mapped to the rank by SET_LOCAL_RANK (else
  * the one the result named; UINT32_MAX if neither), host_hash that task's (NULL if unknown).
