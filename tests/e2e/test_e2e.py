@@ -353,11 +353,7 @@ def run_launcher(cmd, env, **kw):
               flush=True)
 
 
-def mpirun_cmd(vals, hosts_override=None, np_=None):
-    """The command of docs/launcher.md's generic form, as argv, from the env file's values."""
-    return [vals["HVD_MPIRUN"], "-np", np_ or vals["HVD_NP"], vals["HVD_HOSTS_OPT"],
-            hosts_override or vals["HVD_HOSTS"]] + vals["HVD_AGENT_ARGS"].split() + \
-        vals["HVD_MPIRUN_ARGS"].split() + vals["HVD_IFACE_ARGS"].split() + [vals["HVD_EXEC"]]
+mpirun_cmd = hvdtest.serve_mpirun_cmd
 
 
 def docs_commands(mpi_name):

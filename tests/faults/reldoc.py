@@ -14,6 +14,8 @@ Regenerate a section with
 python3 tests/faults/test_faults.py --bin build/bin --probe-lib build/tests/e2e/libprobe_entry.so --full --write-doc
 python3 tests/adversarial/test_adversarial.py --bin build/bin --peer build/tests/adversarial/adv_peer \\
         --probe-lib build/tests/e2e/libprobe_entry.so --write-doc
+python3 tests/faults/test_faults.py --bin build/bin --probe-lib build/tests/e2e/libprobe_entry.so --chaos 100 --write-doc
+python3 tests/soak/test_soak.py --bin build/bin --probe-lib build/tests/e2e/libprobe_entry.so --full --write-doc
 ```
 
 """

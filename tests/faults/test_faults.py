@@ -232,7 +232,6 @@ def run_cell(cell):
     arg = {"registration": "sleep=30", "launch": "sleep=30", "running": "sleep=30",
            "collection": "sleep=30:3"}[cell.phase]
     tasks = []
-    t_start = time.time()
     args = ["run", "-np", "4"] + (["--local", "2"] if cell.phase != "registration" else []) + \
         ["--start-timeout", "60", "--entry", entry, "--entry-arg", arg]
     errf = open(os.path.join(tmp, "driver.err"), "w+b")
@@ -460,6 +459,180 @@ def run_partition_cell(cell):
         check_files_left(cell, tdir, tmp, shm_before)
 
 
+# ---- Randomised chaos ------------------------------------------------------------------------
+
+CHAOS_KINDS = ["driver", "task", "keeper", "rsh", "orted", "rank", "mpirun"]
+CHAOS_WINDOW = 4.0   # the kill comes 0 to this many seconds after the driver started
+CHAOS_SLEEP = 3      # each rank sleeps this long in its entry: the kill may come after the end
+CHAOS_CI_RUNS = 8
+CHAOS_FULL_RUNS = 100
+
+
+def task_part(argv):
+    return "task " + (argv[argv.index("--index") + 1] if "--index" in argv[:-1] else "?")
+
+
+def chaos_parts(procs, driver_pid):
+    """{kind: [(pid, part)]} of the job's processes now; part is what the driver's line should
+    name: "task 2", "rank 3", "hvd-rsh", "orted", "mpirun", None for the driver. A keeper (the
+    forked process that runs one command for hvd-driver or hvd-task: a local task, mpirun,
+    orted) is named by its owner's part or its command's: "task 2|orted"."""
+    out = {k: [] for k in CHAOS_KINDS}
+    parents = {pid: hvdtest.parent_of(pid) for pid in procs}
+    for pid, p in sorted(procs.items()):
+        b, argv = base(p.argv), p.argv
+        parent = procs.get(parents[pid])
+        if pid == driver_pid:
+            out["driver"].append((pid, None))
+        elif parent is not None and base(parent.argv) == b and b in ("hvd-driver", "hvd-task"):
+            kept = [procs[c] for c in procs if parents[c] == pid]
+            names = [] if b == "hvd-driver" else [task_part(argv)]
+            for k in kept:
+                kb = base(k.argv)
+                names.append(task_part(k.argv) if kb == "hvd-task" else "mpirun" if kb in ("mpirun", "orterun")
+                             else kb)
+            out["keeper"].append((pid, "|".join(names) or "?"))
+        elif b == "hvd-task":
+            out["task"].append((pid, task_part(argv)))
+        elif b in ("hvd-rsh", "mpirun_rsh"):
+            out["rsh"].append((pid, "hvd-rsh"))
+        elif b == "orted":
+            out["orted"].append((pid, "orted"))
+        elif b in ("hvd-exec", "mpirun_exec_fn") and "OMPI_COMM_WORLD_RANK" in p.env:
+            out["rank"].append((pid, "rank " + p.env["OMPI_COMM_WORLD_RANK"]))
+        elif b in ("mpirun", "orterun"):
+            out["mpirun"].append((pid, "mpirun"))
+    return out
+
+
+CHAOS_WORDS = {"task": None, "keeper": None, "rsh": ["hvd-rsh", "agent"], "orted": ["orted"],
+               "rank": None, "mpirun": ["mpirun"]}
+
+
+def chaos_named(kind, part, line):
+    """Whether the driver's last line names the killed part (a task or keeper: its task; a
+    rank: that rank)."""
+    words = CHAOS_WORDS[kind] or part.split("|")
+    return any(re.search(re.escape(w) + r"\b", line) for w in words)
+
+
+def run_chaos(cell, rng):
+    """One randomised chaos run: hvd-driver run -np 4 --local 2 whose ranks sleep CHAOS_SLEEP s;
+    at a random moment of the first CHAOS_WINDOW s, SIGKILL of one process of a random kind
+    (another kind when none of it is there then). The job must end within END_LIMIT of the
+    kill; if the ranks had not all finished, with a non-zero status and the driver's last line
+    naming the killed part; nothing may be left."""
+    mark = uuid.uuid4().hex
+    tmp, work, tdir, shm_before = cell_dirs()
+    env = job_env(mark, tdir, work)
+    args = ["run", "-np", "4", "--local", "2", "--start-timeout", "60", "--entry",
+            ARGS.probe_lib + ":probe_entry", "--entry-arg", "sleep=%d" % CHAOS_SLEEP]
+    errf = open(os.path.join(tmp, "driver.err"), "w+b")
+    delay = rng.uniform(0, CHAOS_WINDOW)
+    want = rng.choice(ARGS.kinds)
+    drv = hvdtest.start_driver(ARGS.bin, args, env, work, stdout=subprocess.DEVNULL, stderr=errf)
+    t0 = time.time()
+    kind = part = None
+    finished = False
+    try:
+        time.sleep(delay)
+        parts = chaos_parts(processes_with(mark), drv.pid)
+        finished = all(v == "done" for v in states(work).values()) and len(states(work)) == 4
+        kinds = [want] + [k for k in CHAOS_KINDS if k != want]
+        kind = next((k for k in kinds if parts[k]), None)
+        if kind is None or drv.poll() is not None:
+            cell.note = "the job had ended at %.1f s: nothing to kill" % delay
+            cell.status = drv.wait()
+            if cell.status != 0:
+                cell.fail("the job failed by itself (status %d)" % cell.status)
+            return
+        pid, part = rng.choice(parts[kind])
+        cell.victim = kind if kind == want else "%s (no %s then)" % (kind, want)
+        t_kill = time.time()
+        os.kill(pid, signal.SIGKILL)
+        cell.note = "%s (%s) killed %.1f s after the start%s" % (
+            kind, part or "driver", t_kill - t0, ", ranks done" if finished else "")
+        while time.time() - t_kill < END_LIMIT:
+            if (kind == "driver" and not processes_with(mark)) or (kind != "driver" and drv.poll() is not None):
+                break
+            time.sleep(0.05)
+        drv.poll()
+        if kind == "driver":
+            if processes_with(mark):
+                cell.fail("the job's processes were still running %.0f s after the driver died" % END_LIMIT)
+            else:
+                cell.end_s = time.time() - t_kill
+        elif drv.returncode is None:
+            cell.fail("hvd-driver still running %.0f s after the kill" % END_LIMIT)
+        else:
+            cell.end_s = time.time() - t_kill
+        cell.status = drv.returncode
+    finally:
+        hvdtest.stop(drv, 10, signal.SIGTERM)
+        note_leftovers(cell, hvdtest.wait_gone(lambda: processes_with(mark), 3))
+        errf.seek(0)
+        stderr = errf.read().decode(errors="replace")
+        errf.close()
+        own, other = driver_message(stderr)
+        cell.message = own + other
+        if kind not in (None, "driver") and cell.status not in (None, 0):
+            cell.names_victim = bool(own) and chaos_named(kind, part, own[-1])
+            if not cell.names_victim:
+                cell.fail("the driver's last line does not name %s: %r" % (part, own[-1] if own else ""))
+        elif kind not in (None, "driver") and cell.status == 0 and not finished:
+            cell.fail("hvd-driver exited 0 although %s died before the ranks finished" % part)
+        check_files_left(cell, tdir, tmp, shm_before)
+
+
+def chaos(runs, seed):
+    """runs randomised chaos runs (random.Random(seed)); prints one line each; returns the
+    cells."""
+    import random
+    rng = random.Random(seed)
+    cells = []
+    for i in range(runs):
+        c = Cell("chaos", "?", "KILL")
+        c.name = "chaos %d" % (i + 1)
+        t0 = time.time()
+        try:
+            run_chaos(c, rng)
+        except Exception as e:  # a harness error fails the run, the others go on
+            c.fail("harness: %r" % e)
+        cells.append(c)
+        print("%s %-9s %5.1f s  %s; end=%s status=%s msg=%r%s" % (
+            "ok  " if not c.failures else "FAIL", c.name, time.time() - t0, c.note,
+            "%.1f" % c.end_s if c.end_s is not None else "-", c.status, " / ".join(c.message)[:200],
+            "" if not c.failures else "\n     " + "; ".join(c.failures)), flush=True)
+    return cells
+
+
+def chaos_doc(cells, seed):
+    from collections import Counter
+    kinds = Counter(c.victim.split(" ")[0] for c in cells if c.victim != "?")
+    ends = sorted(c.end_s for c in cells if c.end_s is not None)
+    failed = [c for c in cells if c.failures]
+    L = ["## Randomised chaos (tests/faults/test_faults.py --chaos %d --seed %d)" % (len(cells), seed), "",
+         "Job: `hvd-driver run -np 4 --local 2`, ranks sleeping %d s in the probe entry. Each run SIGKILLs one "
+         "process of a random kind (driver, task, keeper, hvd-rsh, orted, rank, mpirun; another kind when "
+         "none of it exists at that moment) at a random moment of the first %.0f s. Pass: the job ends "
+         "within %.0f s of the kill (the driver: every process of the job gone); when the ranks had not all "
+         "finished, with a non-zero status and the driver's last line naming the killed part; no process, "
+         "`hvd-driver.*` or `/dev/shm/hvd-task-*` left. CI runs %d; this table is %d." % (
+             CHAOS_SLEEP, CHAOS_WINDOW, END_LIMIT, CHAOS_CI_RUNS, len(cells)), "",
+         "%d of %d runs passed. Victims: %s. Time from the kill to the end: median %s s, max %s s." % (
+             len(cells) - len(failed), len(cells), ", ".join("%s %d" % kv for kv in sorted(kinds.items())),
+             "%.1f" % ends[len(ends) // 2] if ends else "-", "%.1f" % ends[-1] if ends else "-"), ""]
+    L.append("| run | what was killed, when | end (s) | status | driver's last line (excerpt) | verdict |")
+    L.append("|---|---|---|---|---|---|")
+    for c in cells:
+        msg = " / ".join(c.message)
+        L.append("| %s | %s | %s | %s | %s | %s |" % (
+            c.name.split()[1], reldoc.md_cell(c.note), "%.1f" % c.end_s if c.end_s is not None else "-",
+            c.status if c.status is not None else "-", reldoc.md_cell(msg[:160] + ("..." if len(msg) > 160 else "")),
+            "ok" if not c.failures else "**FAIL**: " + reldoc.md_cell("; ".join(c.failures))[:200]))
+    return "\n".join(L)
+
+
 def all_cells():
     return ["%s:%s:%s" % (p, v, s) for p in PHASES for v in VICTIMS for s in SIGNALS
             if (p, v) not in NOT_APPLICABLE] + [PARTITION_CELL]
@@ -497,8 +670,28 @@ def main():
     ap.add_argument("--overrun", type=float, default=0,
                     help="when a job outlives the limit, wait this much longer to learn when it ends")
     ap.add_argument("--keep", action="store_true", help="keep each cell's directory")
+    ap.add_argument("--chaos", type=int, metavar="N",
+                    help="run N randomised chaos runs instead of cells (%d in CI; --full: %d)" % (
+                        CHAOS_CI_RUNS, CHAOS_FULL_RUNS))
+    ap.add_argument("--seed", type=int, default=None, help="the chaos runs' random seed (default: random)")
+    ap.add_argument("--kinds", default=",".join(CHAOS_KINDS),
+                    help="the kinds of process chaos runs kill, comma-separated (default: all: %(default)s)")
     ap.add_argument("cells", nargs="*")
     ARGS = ap.parse_args()
+    ARGS.kinds = [k for k in ARGS.kinds.split(",") if k]
+    if set(ARGS.kinds) - set(CHAOS_KINDS):
+        ap.error("--kinds: unknown kind(s) %s" % ", ".join(sorted(set(ARGS.kinds) - set(CHAOS_KINDS))))
+    if ARGS.chaos is not None:
+        import random
+        seed = ARGS.seed if ARGS.seed is not None else random.randrange(1 << 30)
+        runs = max(ARGS.chaos, CHAOS_FULL_RUNS) if ARGS.full else ARGS.chaos
+        print("chaos: %d runs, --seed %d" % (runs, seed), flush=True)
+        cells = chaos(runs, seed)
+        failed = sum(1 for c in cells if c.failures)
+        print("%d passed, %d failed" % (len(cells) - failed, failed))
+        if ARGS.write_doc:
+            reldoc.write_section(ARGS.doc, "chaos", chaos_doc(cells, seed))
+        return 1 if failed else 0
     names = ARGS.cells or (all_cells() if ARGS.full else CI_CELLS)
     cells = []
     for name in names:

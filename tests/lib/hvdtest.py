@@ -463,6 +463,14 @@ def read_env_file(path):
     return vals
 
 
+def serve_mpirun_cmd(vals, hosts_override=None, np_=None):
+    """The command of docs/launcher.md's generic form, as argv, from the values of hvd-driver
+    serve's env file (read_env_file)."""
+    return [vals["HVD_MPIRUN"], "-np", np_ or vals["HVD_NP"], vals["HVD_HOSTS_OPT"],
+            hosts_override or vals["HVD_HOSTS"]] + vals["HVD_AGENT_ARGS"].split() + \
+        vals["HVD_MPIRUN_ARGS"].split() + vals["HVD_IFACE_ARGS"].split() + [vals["HVD_EXEC"]]
+
+
 def parse_kv(text):
     """{key: value} of a "k=v k=v ..." text (a probe's result)."""
     return dict(kv.split("=", 1) for kv in text.split())

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Soak: one long-lived `hvd-driver serve --jobs N` runs N jobs back to back over the same two
+task services (started by hand with --elastic, as on executors that stay up); each job is the
+user's own `mpirun` (Open MPI 4.1, the env file's generic command) with the probe entry point.
+
+After every job the driver's and the tasks' open file descriptors, threads and VmRSS are
+sampled from /proc. They must level off: past the warm-up (the first fifth of the jobs, at
+least 5), descriptors and threads never go above what they were at its end, and VmRSS grows by
+less than RSS_SLACK_KIB. Every job must succeed, each with its own results, and nothing may be
+left when serve and the tasks have ended.
+
+CI runs 30 jobs; `--full` runs 500 and is what docs/reliability.md shows (`--write-doc`, with a
+plot when gnuplot is there)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "faults"))
+import hvdtest  # noqa: E402
+import reldoc  # noqa: E402
+from hvdtest import check  # noqa: E402
+
+RSS_SLACK_KIB = 1024  # allocator noise after the warm-up; a leak of 2 KiB a job passes 500 jobs
+HOSTS = ["soak-a", "soak-b"]
+ARGS = None
+
+
+def fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def status_field(pid, name):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def sample(job, procs, seconds):
+    """{job, seconds, <who>: {fds, threads, rss_kib}} for each process of procs {who: pid}."""
+    row = {"job": job, "seconds": round(seconds, 3)}
+    for who, pid in procs.items():
+        row[who] = {"fds": fds(pid), "threads": status_field(pid, "Threads"),
+                    "rss_kib": status_field(pid, "VmRSS")}
+    return row
+
+
+def said(path):
+    with open(path, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def run_soak(d, mark, jobs):
+    env_file, errpath, out = (os.path.join(d, f) for f in ("job.env", "serve.err", "results.json"))
+    env = hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d)
+    err = open(errpath, "w+b")
+    srv = hvdtest.start_driver(ARGS.bin, ["serve", "-np", "2", "--env-file", env_file, "--jobs", str(jobs),
+                                          "--results-json", out, "--entry", ARGS.probe_lib + ":probe_entry"],
+                               env, d, stderr=err)
+    tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve", errfile=err))
+    tasks = [hvdtest.start_task(ARGS.bin, i, tenv, HOSTS[i], args=["--elastic"]) for i in range(2)]
+    samples = []
+    try:
+        hvdtest.wait_for(lambda: os.path.exists(env_file), 60, "the env file")
+        time.sleep(0.2)
+        vals = hvdtest.read_env_file(env_file)
+        menv = dict(env, HVD_DRIVER_ADDRS=vals["HVD_DRIVER_ADDRS"], HVD_SECRET_FILE=vals["HVD_SECRET_FILE"])
+        procs = {"driver": srv.pid, "task0": tasks[0].pid, "task1": tasks[1].pid}
+        samples.append(sample(0, procs, 0.0))
+        for job in range(1, jobs + 1):
+            t0 = time.perf_counter()
+            rc, so, se, _ = hvdtest.run(hvdtest.serve_mpirun_cmd(vals), menv, timeout=120, cwd=d)
+            check(rc == 0, "mpirun of job %d exited %d:\n%s%s" % (job, rc, so[-1500:], se[-1500:]))
+            if job < jobs:
+                ready = "ready for job %d" % (job + 1)
+                hvdtest.wait_for(lambda: ready in said(errpath), 60, "serve: " + ready)
+            else:
+                srv.wait(timeout=60)
+            with open(out) as f:
+                ranks = json.load(f)["ranks"]
+            check(all(r.get("status") == 0 and "rank=%d " % i in (r.get("result_text") or "")
+                      for i, r in enumerate(ranks)), "job %d's results: %s" % (job, ranks))
+            if job < jobs:
+                samples.append(sample(job, procs, time.perf_counter() - t0))
+            if job % 50 == 0:
+                print("job %d: %s" % (job, json.dumps(samples[-1])), flush=True)
+        check(srv.returncode == 0, "serve exited %d:\n%s" % (srv.returncode, said(errpath)[-3000:]))
+        for t in tasks:
+            t.wait(timeout=30)
+            check(t.returncode == 0, "a task service exited %d" % t.returncode)
+    finally:
+        for p in [srv] + tasks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        err.close()
+    hvdtest.assert_no_leftovers(mark)
+    return samples
+
+
+def level_problems(samples):
+    """What did not level off after the warm-up, as sentences."""
+    warm = max(5, len(samples) // 5)
+    if len(samples) <= warm:
+        return ["only %d samples" % len(samples)]
+    base, rest = samples[warm], samples[warm + 1:]
+    bad = []
+    for who in ("driver", "task0", "task1"):
+        for key in ("fds", "threads"):
+            top = max(s[who][key] for s in rest)
+            if top > base[who][key]:
+                job = next(s["job"] for s in rest if s[who][key] == top)
+                bad.append("%s %s: %d after job %d, %d after job %d" % (who, key, base[who][key], base["job"],
+                                                                    top, job))
+        grew = rest[-1][who]["rss_kib"] - base[who]["rss_kib"]
+        if grew >= RSS_SLACK_KIB:
+            bad.append("%s VmRSS grew %d KiB from job %d to job %d" % (who, grew, base["job"], rest[-1]["job"]))
+    return bad
+
+
+def plot(samples, png):
+    """VmRSS (MiB) and descriptors against jobs, by gnuplot; False when it cannot."""
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "soak.dat")
+        with open(data, "w") as f:
+            for s in samples:
+                f.write("%d %s\n" % (s["job"], " ".join("%.2f %d %d" % (s[w]["rss_kib"] / 1024, s[w]["fds"],
+                                                                         s[w]["threads"])
+                                                        for w in ("driver", "task0", "task1"))))
+        gp = """set terminal pngcairo size 800,480 font "sans,11"
+set output "%s"
+set title "hvd-driver serve: %d jobs back to back over the same 2 task services"
+set xlabel "jobs done"
+set ylabel "VmRSS (MiB)"
+set y2label "open descriptors"
+set ytics nomirror
+set y2tics
+set key bottom right
+set grid
+plot "%s" using 1:2 with lines lw 2 lc rgb "#1f77b4" title "driver VmRSS", \\
+     "" using 1:5 with lines lw 2 lc rgb "#2ca02c" title "task 0 VmRSS", \\
+     "" using 1:8 with lines lw 2 lc rgb "#ff7f0e" title "task 1 VmRSS", \\
+     "" using 1:3 axes x1y2 with lines lw 1 dt 2 lc rgb "#1f77b4" title "driver descriptors", \\
+     "" using 1:6 axes x1y2 with lines lw 1 dt 2 lc rgb "#2ca02c" title "task 0 descriptors"
+""" % (png, samples[-1]["job"] + 1, data)
+        try:
+            r = subprocess.run(["gnuplot"], input=gp.encode(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError:
+            return False
+        return r.returncode == 0
+
+
+def doc_body(samples, bad, png_ok):
+    jobs = samples[-1]["job"] + 1
+    picks = sorted(set([0, 1, 5, 10] + [jobs * k // 10 for k in range(1, 10)] + [jobs - 1]))
+    rows = [s for s in samples if s["job"] in picks]
+    secs = sorted(s["seconds"] for s in samples[1:])
+    L = ["## Soak: %d jobs through one `hvd-driver serve` (tests/soak/test_soak.py --full)" % jobs, "",
+         "One `hvd-driver serve -np 2 --jobs %d` and two task services started by hand with `--elastic` "
+         "(as on executors that stay up); each job is the user's own `mpirun` (Open MPI 4.1, the env "
+         "file's generic command) running the probe entry point, and must succeed with its own results. "
+         "After each job the driver's and the tasks' open descriptors, threads and VmRSS are read from "
+         "/proc. Pass: past the warm-up (the first fifth of the jobs), descriptors and threads never "
+         "exceed their value at its end and VmRSS grows by less than %d KiB; nothing left afterwards." % (
+             jobs, RSS_SLACK_KIB), "",
+         "A job (mpirun start to the driver ready for the next) took %.2f s median, %.2f s at most." % (
+             secs[len(secs) // 2], secs[-1]), "",
+         "| after job | driver fds / threads / VmRSS KiB | task 0 fds / threads / VmRSS KiB | "
+         "task 1 fds / threads / VmRSS KiB |",
+         "|---|---|---|---|"]
+    for s in rows:
+        L.append("| %d | %s |" % (s["job"], " | ".join("%d / %d / %d" % (s[w]["fds"], s[w]["threads"],
+                                                                          s[w]["rss_kib"])
+                                                       for w in ("driver", "task0", "task1"))))
+    L.append("")
+    L.append("Verdict: " + ("levelled off." if not bad else "**did not level off**: " + "; ".join(bad)))
+    if png_ok:
+        L += ["", "![VmRSS and descriptors against jobs](img/soak.png)"]
+    L += ["", "Not covered here: the JVM `DriverService` runs one job per driver (docs/jvm.md), so its "
+          "500-job soak waits for it to run jobs one after another; fresh task services per job are "
+          "not a mode `serve` has."]
+    return "\n".join(L)
+
+
+def main():
+    global ARGS
+    ap = hvdtest.arg_parser("--bin", "--probe-lib")
+    ap.add_argument("--jobs", type=int, default=30, help="jobs back to back (--full: 500)")
+    ap.add_argument("--full", action="store_true", help="500 jobs")
+    reldoc.add_options(ap)
+    ARGS = ap.parse_args()
+    if ARGS.full:
+        ARGS.jobs = max(ARGS.jobs, 500)
+    mark = uuid.uuid4().hex
+    t0 = time.time()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            samples = run_soak(d, mark, ARGS.jobs)
+    except (hvdtest.Failure, subprocess.TimeoutExpired, OSError) as e:
+        print("FAIL soak: %s" % e)
+        return 1
+    bad = level_problems(samples)
+    for s in samples[:: max(1, len(samples) // 10)] + [samples[-1]]:
+        print(json.dumps(s))
+    if ARGS.write_doc:
+        png = os.path.join(os.path.dirname(ARGS.doc), "img", "soak.png")
+        reldoc.write_section(ARGS.doc, "soak", doc_body(samples, bad, plot(samples, png)))
+    if bad:
+        print("FAIL soak: did not level off: " + "; ".join(bad))
+        return 1
+    print("ok   soak: %d jobs in %.0f s, descriptors, threads and VmRSS levelled off" % (ARGS.jobs, time.time() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
