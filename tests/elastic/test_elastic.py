@@ -200,7 +200,7 @@ def test_grow():
             check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
             resets = reset_lines(err)
             check(len(resets) == 1 and "came: elgrowB" in resets[0] and "now 4 ranks" in resets[0],
-                  "one reset that adds elgrowB: %s" % resets)
+                  "one reset that adds elgrowB: %s\n(the driver's stderr, end:)\n%s" % (resets, err[-4000:]))
             starts = job.starts()
             check([s[1] for s in starts] == [2, 4], "2 ranks, then 4: %s" % starts)
             commits = job.commits()
