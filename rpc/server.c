@@ -101,8 +101,9 @@ struct hvd_server {
     bool draining;   /* stopping: only pending output is still written */
     char *bind_host; /* the numeric address bound, or NULL for all interfaces */
 
-    conn *conns; /* open connections */
-    conn *dead;  /* closed this batch, freed after it */
+    conn *conns;        /* open connections */
+    conn *dead;         /* closed this batch, freed after it */
+    size_t handshaking; /* connections in CS_HELLO or CS_PROOF (loop thread) */
 
     msgpack_sbuffer sb; /* scratch for encoding on the loop thread */
     counters st;
@@ -223,6 +224,7 @@ static int conn_send(conn *c, uint32_t kind, uint32_t type, uint64_t id, const h
 static void conn_close(conn *c) {
     if (c->state == CS_DEAD) return;
     hvd_server *s = c->srv;
+    if (c->state != CS_OPEN) s->handshaking--;
     c->state = CS_DEAD;
     account_output(c);
     hvd_loop_unwatch(s->loop, c->watch);
@@ -387,6 +389,7 @@ static void on_proof(conn *c) {
         return;
     }
     c->state = CS_OPEN;
+    c->srv->handshaking--;
     /* The confirmation: an empty sealed frame the client must open with the s2c key. */
     if (hvd_frame_seal(&c->tx, NULL, 0, &c->out) != 0) {
         conn_close(c);
@@ -519,8 +522,23 @@ static void conn_add(hvd_server *s, int fd, const struct sockaddr_storage *ss) {
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
+    s->handshaking++;
     COUNT(s, accepted);
     atomic_fetch_add_explicit(&s->st.open_conns, 1, memory_order_relaxed);
+}
+
+/* Whether the peer at ss already holds the most handshakes one source may (so that one source
+ * cannot take every connection slot with handshakes it never finishes). Walks the connections
+ * only when that many handshakes are under way at all. */
+static bool source_full(hvd_server *s, const struct sockaddr_storage *ss) {
+    size_t max = s->cfg.max_handshakes_per_source;
+    if (s->handshaking < max) return false;
+    char peer[HVD_HOST_MAX];
+    hvd_sockaddr_host(ss, peer, sizeof peer);
+    size_t n = 0;
+    for (conn *c = s->conns; c && n < max; c = c->next)
+        if (c->state != CS_OPEN && strcmp(c->peer, peer) == 0) n++;
+    return n >= max;
 }
 
 static void on_accept(int lfd, uint32_t events, void *arg) {
@@ -540,7 +558,7 @@ static void on_accept(int lfd, uint32_t events, void *arg) {
             }
             return;
         }
-        if (atomic_load(&s->st.open_conns) >= s->cfg.max_conns) {
+        if (atomic_load(&s->st.open_conns) >= s->cfg.max_conns || source_full(s, &ss)) {
             COUNT(s, refused);
             close(fd);
             continue;
@@ -631,6 +649,8 @@ hvd_server *hvd_server_create(const hvd_server_config *cfg, hvd_err *err) {
     if (!s->cfg.idle_timeout_ms) s->cfg.idle_timeout_ms = 60000;
     if (!s->cfg.net_timeout_ms) s->cfg.net_timeout_ms = 30000;
     if (!s->cfg.max_conns) s->cfg.max_conns = 16384;
+    if (!s->cfg.max_handshakes_per_source)
+        s->cfg.max_handshakes_per_source = HVD_HANDSHAKES_PER_SOURCE_DEFAULT;
     if (!s->cfg.max_output) s->cfg.max_output = 4u << 20;
     s->cfg.bind_host = NULL; /* kept in s->bind_host */
     s->name = strdup(cfg->name);

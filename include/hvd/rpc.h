@@ -78,6 +78,11 @@ typedef void (*hvd_call_fn)(void *arg);
  * handshake was cut off by it (an overloaded machine), not refused for a wrong secret. */
 #define HVD_HANDSHAKE_TIMEOUT_DEFAULT_MS 5000
 
+/* Handshakes one source address may have under way at once (hvd_server_config): above the
+ * 1024 task services one machine starts in the scale tests, a sixteenth of the default
+ * connection limit. */
+#define HVD_HANDSHAKES_PER_SOURCE_DEFAULT 1024
+
 typedef struct hvd_server_config {
     const char *name;         /* service name bound into the handshake: "driver", "task 3" */
     hvd_secret secret;        /* the job secret */
@@ -94,14 +99,18 @@ typedef struct hvd_server_config {
                                    keepalive probes start after a third of it without traffic
                                    (so a silent dead peer goes in about this long); 0: 30000 */
     size_t max_conns;         /* connections beyond this are refused; 0: 16384 */
-    size_t max_output;        /* per-connection output bound: streams wait for room below it,
-                                 and a connection over it is not read until its output drops
-                                 below half; 0: 4 MiB (one reply may exceed it) */
+    size_t max_handshakes_per_source; /* a connection from an address that already has this
+                                         many handshakes under way is refused; 0:
+                                         HVD_HANDSHAKES_PER_SOURCE_DEFAULT */
+    size_t max_output; /* per-connection output bound: streams wait for room below it,
+                          and a connection over it is not read until its output drops
+                          below half; 0: 4 MiB (one reply may exceed it) */
 } hvd_server_config;
 
 typedef struct hvd_server_stats {
     uint64_t accepted;         /* connections accepted */
-    uint64_t refused;          /* connections refused (over max_conns) */
+    uint64_t refused;          /* connections refused (over max_conns or
+                                  max_handshakes_per_source) */
     uint64_t handshake_failed; /* handshakes that failed (wrong secret, wrong name, garbage) */
     uint64_t frames_rejected;  /* frames that failed to open (tampered, replayed, too long) */
     uint64_t malformed;        /* frames whose message could not be decoded */

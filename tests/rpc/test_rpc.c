@@ -203,6 +203,7 @@ static svc *svc_start(const char *name, hvd_server_config *over) {
         cfg.max_frame = over->max_frame;
         cfg.max_output = over->max_output;
         cfg.max_conns = over->max_conns;
+        cfg.max_handshakes_per_source = over->max_handshakes_per_source;
     }
     hvd_err err;
     sv->srv = hvd_server_create(&cfg, &err);
@@ -799,6 +800,57 @@ static void test_idle_connections(void) {
     free(fds);
 }
 
+/* Waits (bounded) until the server has accepted or refused n connections in all. */
+static hvd_server_stats wait_conns(svc *sv, uint64_t n) {
+    int64_t deadline = test_now_ms() + 3000;
+    hvd_server_stats st = stats(sv);
+    while (st.accepted + st.refused < n && test_now_ms() < deadline) {
+        usleep(10 * 1000);
+        st = stats(sv);
+    }
+    return st;
+}
+
+/* One source cannot take every slot with handshakes it never finishes: past
+ * max_handshakes_per_source its connections are refused, another source's are not, and it
+ * gets in again once its handshakes end (here by the handshake timeout). */
+static void test_handshakes_per_source(void) {
+    enum { MAX = 8 };
+    hvd_server_config over = {.handshake_timeout_ms = 1000, .max_handshakes_per_source = MAX};
+    svc *sv = svc_start("persource", &over);
+    uint16_t port = hvd_server_port(sv->srv);
+    hvd_err err;
+    int fds[MAX + 2];
+    for (int i = 0; i < MAX + 1; i++)
+        fds[i] = hvd_connect_start(&(hvd_addr){.host = "127.0.0.1", .port = port}, &err);
+    hvd_server_stats st = wait_conns(sv, MAX + 1);
+    CHECK_MSG(st.accepted == MAX && st.refused == 1, "accepted %llu, refused %llu",
+              (unsigned long long)st.accepted, (unsigned long long)st.refused);
+    /* Another source address (127.0.0.2, also the loopback's) is let in. */
+    fds[MAX + 1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+    struct sockaddr_in dst = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(0x7f000001)};
+    CHECK(bind(fds[MAX + 1], (struct sockaddr *)&src, sizeof src) == 0);
+    CHECK(connect(fds[MAX + 1], (struct sockaddr *)&dst, sizeof dst) == 0);
+    st = wait_conns(sv, MAX + 2);
+    CHECK_MSG(st.accepted == MAX + 1 && st.refused == 1, "accepted %llu, refused %llu",
+              (unsigned long long)st.accepted, (unsigned long long)st.refused);
+    /* The stalled handshakes time out; then the first source's real client gets in. */
+    usleep(2000 * 1000);
+    hvd_client *c = client_for(sv, "persource", &g_secret, &err);
+    CHECK_MSG(c != NULL, "%s", err.msg);
+    if (c) {
+        hvd_pong pong;
+        CHECK(hvd_client_ping(c, &pong, &err) == 0);
+        hvd_msg_free(&hvd_pong_desc, &pong);
+        hvd_client_close(c);
+    }
+    svc_stop(sv);
+    for (int i = 0; i < MAX + 2; i++)
+        if (fds[i] >= 0) close(fds[i]);
+}
+
 static void test_timeouts(void) {
     hvd_server_config over = {.handshake_timeout_ms = 300, .idle_timeout_ms = 400};
     svc *sv = svc_start("timeouts", &over);
@@ -1101,6 +1153,7 @@ int main(void) {
     RUN(test_pipelining_bound);
     RUN(test_thousand_clients);
     RUN(test_idle_connections);
+    RUN(test_handshakes_per_source);
     RUN(test_timeouts);
     RUN(test_long_polls);
     RUN(test_streams);
