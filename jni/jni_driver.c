@@ -316,6 +316,15 @@ JNIEXPORT jint JNICALL Java_org_hvdbridge_DriverService_nativeFirstFailedRank(JN
     return bad;
 }
 
+/* Readies the driver for another job over the same tasks (hvd_driver_next_job). */
+JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeNextJob(JNIEnv *env, jclass cls,
+                                                                      jlong h) {
+    (void)cls;
+    jni_driver *jd = jni_handle(env, h, DRIVER);
+    hvd_err err = {0};
+    if (jd && hvd_driver_next_job(jd->d, &err) != 0) jni_throw_err(env, &err);
+}
+
 JNIEXPORT void JNICALL Java_org_hvdbridge_DriverService_nativeShutdownTasks(JNIEnv *env, jclass cls,
                                                                             jlong h) {
     (void)cls;

@@ -130,7 +130,8 @@ static void task_open(JNIEnv *env, jni_task *jt, jbyteArray secret, hvd_task_con
 JNIEXPORT jlong JNICALL Java_org_hvdbridge_TaskService_nativeStart(
     JNIEnv *env, jclass cls, jint index, jbyteArray secret, jbyteArray driver_addrs,
     jbyteArray host_hash, jobjectArray gpus, jbyteArray work_dir, jobjectArray env_add,
-    jobjectArray nics, jint start_timeout_ms, jint grace_ms, jint min_lifetime_ms, jint log_level) {
+    jobjectArray nics, jint start_timeout_ms, jint grace_ms, jint min_lifetime_ms, jint log_level,
+    jboolean elastic) {
     (void)cls;
     if (!start_args_ok(env, index, secret, start_timeout_ms, grace_ms, log_level)) return 0;
     task_args a = {0};
@@ -157,6 +158,7 @@ JNIEXPORT jlong JNICALL Java_org_hvdbridge_TaskService_nativeStart(
     cfg.log = task_log;
     cfg.log_user = jt;
     cfg.log_level = log_level;
+    cfg.elastic = elastic;
     task_open(env, jt, secret, &cfg);
     if (!jt->t) {
         free(jt);

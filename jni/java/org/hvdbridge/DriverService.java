@@ -63,7 +63,8 @@ public final class DriverService implements AutoCloseable {
     private final int numTasks;
     private final NativeHandle handle;
     private final ReentrantLock opLock = new ReentrantLock();
-    private boolean jobRan; /* guarded by opLock */
+    private boolean jobRan;    /* guarded by opLock */
+    private boolean tasksDown; /* a job without keepTasks shut them down; guarded by opLock */
 
     private DriverService(int numTasks, long h) {
         this.numTasks = numTasks;
@@ -134,8 +135,12 @@ public final class DriverService implements AutoCloseable {
      * probe each other for common interfaces, runs mpirun (through hvd-rsh, into the tasks)
      * and waits for it, then shuts the tasks down. mpirun's output goes to this process's
      * stdout and stderr. Returns mpirun's status and every rank's outcome in rank order; a
-     * failed rank does not throw (see {@link JobResult#throwIfFailed()}). Once per service.
+     * failed rank does not throw (see {@link JobResult#throwIfFailed()}). The job's end shuts
+     * the tasks down, unless {@link JobOptions#keepTasks} asks for another job over them:
+     * then call runJob again (the tasks must be {@link TaskService.Config#elastic}), each job
+     * with its own results, and let the last one (or {@link #shutdownTasks}) end them.
      *
+     * @throws IllegalStateException when an earlier job shut the tasks down
      * @throws HvdException when the job cannot start (registration or probe timeout, abort,
      *     mpirun cannot be started)
      */
@@ -147,7 +152,10 @@ public final class DriverService implements AutoCloseable {
         byte[][] env = Text.env(o.env, "the mpirun environment");
         return serialized(h -> {
             try {
-                if (jobRan) throw new IllegalStateException("runJob was already called: a driver service runs one job");
+                if (tasksDown)
+                    throw new IllegalStateException("the task services were shut down after the last job: "
+                                                    + "run it with JobOptions.keepTasks(true) to run another");
+                if (jobRan) nativeNextJob(h);
                 jobRan = true;
                 int[] st = nativeRunJob(h, bin, mpiArgs, o.timeoutSeconds, o.startTimeoutMs, o.verbose, env);
                 byte[] failure = nativeFailure(h);
@@ -155,7 +163,10 @@ public final class DriverService implements AutoCloseable {
                                      failure == null ? null : new String(failure, StandardCharsets.UTF_8),
                                      nativeFirstFailedRank(h));
             } finally {
-                nativeShutdownTasks(h);
+                if (!o.keepTasks) {
+                    nativeShutdownTasks(h);
+                    tasksDown = true;
+                }
             }
         });
     }
@@ -227,6 +238,7 @@ public final class DriverService implements AutoCloseable {
     private static native void nativeWaitRegistration(long h, int timeoutMs);
     private static native byte[][] nativeCommonInterfaces(long h, int timeoutMs);
     private static native byte[] nativeHostList(long h);
+    private static native void nativeNextJob(long h);
     private static native int[] nativeRunJob(long h, byte[] binDir, byte[][] mpiArgs, int timeoutS,
                                              int startTimeoutMs, boolean verbose, byte[][] env);
     private static native RankResult[] nativeResults(long h);

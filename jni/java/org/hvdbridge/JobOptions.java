@@ -13,6 +13,7 @@ public final class JobOptions {
     int timeoutSeconds;
     int startTimeoutMs = 120_000;
     boolean verbose;
+    boolean keepTasks;
     final Map<String, String> env = new LinkedHashMap<>();
 
     /**
@@ -48,6 +49,14 @@ public final class JobOptions {
     /** Print the mpirun command line and progress to stderr. */
     public JobOptions verbose(boolean v) {
         verbose = v;
+        return this;
+    }
+
+    /** Leave the task services up after this job, for another {@link DriverService#runJob}
+     *  over them (start them with {@link TaskService.Config#elastic}(true), or their one
+     *  command is used up). Default false: the job's end shuts them down. */
+    public JobOptions keepTasks(boolean v) {
+        keepTasks = v;
         return this;
     }
 

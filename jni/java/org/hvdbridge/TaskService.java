@@ -39,6 +39,7 @@ public final class TaskService implements AutoCloseable {
         private int graceMs;
         private int minLifetimeMs;
         private int logLevel = LOG_WARN;
+        private boolean elastic;
 
         public Config() {}
 
@@ -115,6 +116,16 @@ public final class TaskService implements AutoCloseable {
             return this;
         }
 
+        /** Run any number of commands, one at a time, until the driver shuts the job down
+         *  ({@code hvd-task --elastic}): for a driver that runs several jobs over the same
+         *  tasks ({@link JobOptions#keepTasks}) and for elastic jobs. {@link #run()} then
+         *  returns at that shutdown. Default false: one command, and run() returns when it
+         *  ended. */
+        public Config elastic(boolean v) {
+            elastic = v;
+            return this;
+        }
+
         /** Lines up to this level go to stderr; default {@link #LOG_WARN}. */
         public Config logLevel(int v) {
             logLevel = v;
@@ -174,7 +185,7 @@ public final class TaskService implements AutoCloseable {
         byte[] secret = c.secret.clone();
         try {
             long h = nativeStart(c.index, secret, addrs, hostHash, gpus, workDir, env, nics,
-                                 c.startTimeoutMs, c.graceMs, c.minLifetimeMs, c.logLevel);
+                                 c.startTimeoutMs, c.graceMs, c.minLifetimeMs, c.logLevel, c.elastic);
             return new TaskService(c.index, h);
         } finally {
             Arrays.fill(secret, (byte)0);
@@ -272,7 +283,8 @@ public final class TaskService implements AutoCloseable {
 
     private static native long nativeStart(int index, byte[] secret, byte[] driverAddrs, byte[] hostHash,
                                            byte[][] gpus, byte[] workDir, byte[][] env, byte[][] nics,
-                                           int startTimeoutMs, int graceMs, int minLifetimeMs, int logLevel);
+                                           int startTimeoutMs, int graceMs, int minLifetimeMs, int logLevel,
+                                           boolean elastic);
     private static native int nativeRun(long h);
     private static native void nativeAbort(long h);
     private static native RankResult nativeResult(long h);

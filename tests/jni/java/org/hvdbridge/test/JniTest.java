@@ -60,6 +60,7 @@ public final class JniTest {
             switch (which) {
             case "errors": errors(); break;
             case "job": job(); break;
+            case "jobs": jobs(); break;
             case "ancestry": ancestry(); break;
             case "failing_rank": failingRank(); break;
             case "argv": argv(); break;
@@ -143,6 +144,11 @@ public final class JniTest {
 
     /** N task services of a driver on `hosts` fake hosts: task i on host i*hosts/N. */
     static List<TaskThread> startTasks(DriverService d, int n, int hosts, String marker) throws IOException {
+        return startTasks(d, n, hosts, marker, false);
+    }
+
+    static List<TaskThread> startTasks(DriverService d, int n, int hosts, String marker, boolean elastic)
+        throws IOException {
         List<TaskThread> v = new ArrayList<>();
         String addrs = d.addresses();
         byte[] secret = d.secret();
@@ -155,7 +161,8 @@ public final class JniTest {
                                        .workDir(work.toString())
                                        .env("TMPDIR", hostTmp.toString())
                                        .startTimeoutMs(60_000)
-                                       .minLifetimeMs(500);
+                                       .minLifetimeMs(500)
+                                       .elastic(elastic);
             if (marker != null) c.env("HVD_TEST_MARKER", marker);
             TaskThread t = new TaskThread(c);
             t.start();
@@ -431,13 +438,46 @@ public final class JniTest {
                 check(r[i].hostHash().equals(TaskService.hostHash("jnitest" + PID + "h" + (i / 2))),
                       "rank " + i + " host " + r[i].hostHash());
             }
-            expect(IllegalStateException.class, "one job", () -> d.runJob(opts(null)));
+            expect(IllegalStateException.class, "shut down after the last job", () -> d.runJob(opts(null)));
             joinTasks(tasks, 30_000);
             for (TaskThread t : tasks) {
                 check(t.failure == null, "task " + t.cfg + ": " + t.failure);
                 check(t.exitCode == 0, "task " + t.cfg + " exit code " + t.exitCode);
                 check(t.result != null && t.result.status() == 0 && t.result.text().startsWith("rank="),
                       "task-side result " + t.result);
+            }
+        }
+    }
+
+    /** Three jobs one after another over the same elastic task services (keepTasks on the
+     *  first two), each with its own results; the third shuts the tasks down, after which
+     *  runJob refuses with the reason. */
+    static void jobs() throws Exception {
+        int n = 4;
+        try (DriverService d = DriverService.start(n, EntryPoint.sharedObject(probeLib, "probe_entry", null), null)) {
+            List<TaskThread> tasks = startTasks(d, n, 2, null, true);
+            for (int job = 0; job < 3; job++) {
+                /* Each job's ranks leave their state files in a directory of its own. */
+                Path dir = Files.createDirectories(tmp.resolve("job" + job));
+                JobResult jr = d.runJob(opts(null).keepTasks(job < 2).env("HVD_E2E_DIR", dir.toString())
+                                            .mpiArgs("-x", "HVD_E2E_DIR"));
+                check(jr.succeeded(), "job " + job + " failed: " + jr.failureMessage());
+                for (int i = 0; i < n; i++)
+                    check(Files.exists(dir.resolve("state." + i)), "job " + job + ": rank " + i + " never ran");
+                RankResult[] r = jr.ranks();
+                check(r.length == n, "job " + job + ": " + r.length + " ranks");
+                for (int i = 0; i < n; i++)
+                    check(r[i].present() && r[i].text().startsWith("rank=" + i + " size=4 "),
+                          "job " + job + " rank " + i + ": " + r[i].text());
+                if (job < 2) {
+                    for (TaskThread t : tasks) check(t.isAlive(), "task " + t.cfg + " ended after job " + job);
+                }
+            }
+            expect(IllegalStateException.class, "shut down after the last job", () -> d.runJob(opts(null)));
+            joinTasks(tasks, 30_000);
+            for (TaskThread t : tasks) {
+                check(t.failure == null, "task " + t.cfg + ": " + t.failure);
+                check(t.exitCode == 0, "task " + t.cfg + " exit code " + t.exitCode);
             }
         }
     }
