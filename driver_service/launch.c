@@ -438,6 +438,14 @@ static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg,
 int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outcome *out,
                    hvd_err *err) {
     memset(out, 0, sizeof *out);
+    /* mpirun runs the agent, and orted the ranks, from other directories. */
+    const char *dirs[2] = {cfg->bin_dir, cfg->exec_bin_dir};
+    for (int i = 0; i < 2; i++)
+        if (dirs[i] && dirs[i][0] != '/')
+            return hvd_err_set(err, HVD_E_INVALID,
+                               "the bin dir '%s' is not an absolute path: mpirun's agent and the "
+                               "ranks start in other directories",
+                               dirs[i]);
     int start_ms =
         cfg->start_timeout_ms > 0 ? cfg->start_timeout_ms : HVD_START_TIMEOUT_DEFAULT_S * 1000;
     char **ifaces = NULL, **argv = NULL;

@@ -237,6 +237,18 @@ def test_bad_args():
             check(text in str(e), "%r: %s" % (kw, e))
         else:
             raise Failure("%r accepted" % kw)
+    # The C door refuses a relative bin dir before it waits for anything (mpirun's agent and
+    # the ranks start in other directories).
+    from hvd_bridge import _core
+    d = _core.Driver(1, ["true"])
+    try:
+        d.run_job("relative/bin")
+    except RuntimeError as e:
+        check("not an absolute path" in str(e), "relative bin dir: %s" % e)
+    else:
+        raise Failure("a relative bin dir was accepted")
+    finally:
+        d.stop()
 
 
 def main():

@@ -66,7 +66,8 @@ public final class JobOptions {
         return this;
     }
 
-    /* The bin dir to use: the option, $HVD_BIN_DIR, or -Dhvdbridge.bin.dir. */
+    /* The bin dir to use: the option, $HVD_BIN_DIR, or -Dhvdbridge.bin.dir, made absolute
+     * (mpirun's agents and the ranks run in other directories). */
     String resolveBinDir() {
         String d = binDir;
         if (d == null || d.isEmpty()) d = System.getenv("HVD_BIN_DIR");
@@ -81,6 +82,6 @@ public final class JobOptions {
                                        + "hvd-exec (the executors need hvd-exec at the same path)",
                                        HvdException.NOT_FOUND);
         }
-        return d;
+        return new java.io.File(d).getAbsolutePath();
     }
 }
