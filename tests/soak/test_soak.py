@@ -10,7 +10,9 @@ less than RSS_SLACK_KIB. Every job must succeed, each with its own results, and 
 left when serve and the tasks have ended.
 
 CI runs 30 jobs; `--full` runs 500 and is what docs/reliability.md shows (`--write-doc`, with a
-plot when gnuplot is there)."""
+plot when gnuplot is there). The JVM's own soak is the jni_soak test (JniTest soak: a
+DriverService and two elastic TaskServices in one JVM, JobOptions.keepTasks); its samples,
+written with -Dhvdbridge.soak.out=FILE, join the doc with --jvm-samples FILE."""
 import json
 import os
 import subprocess
@@ -156,7 +158,7 @@ plot "%s" using 1:2 with lines lw 2 lc rgb "#1f77b4" title "driver VmRSS", \\
         return r.returncode == 0
 
 
-def doc_body(samples, bad, png_ok):
+def doc_body(samples, bad, png_ok, jvm=None):
     jobs = samples[-1]["job"] + 1
     picks = sorted(set([0, 1, 5, 10] + [jobs * k // 10 for k in range(1, 10)] + [jobs - 1]))
     rows = [s for s in samples if s["job"] in picks]
@@ -182,10 +184,36 @@ def doc_body(samples, bad, png_ok):
     L.append("Verdict: " + ("levelled off." if not bad else "**did not level off**: " + "; ".join(bad)))
     if png_ok:
         L += ["", "![VmRSS and descriptors against jobs](img/soak.png)"]
-    L += ["", "Not covered here: the JVM `DriverService` runs one job per driver (docs/jvm.md), so its "
-          "500-job soak waits for it to run jobs one after another; fresh task services per job are "
-          "not a mode `serve` has."]
+    if jvm:
+        L += jvm_table(jvm)
+    L += ["", "Not covered: fresh task services per job (serve keeps the ones that registered; "
+          "`hvd_bridge.spark.run` starts a Spark stage of new ones per call)."]
     return "\n".join(L)
+
+
+def jvm_table(samples):
+    """The JVM soak's section lines (JniTest soak's JSON lines)."""
+    jobs = samples[-1]["job"]
+    warm = max(5, jobs // 5)
+    base = next(s for s in samples if s["job"] == warm)["jvm"]
+    rest = [s["jvm"] for s in samples if warm < s["job"] < jobs]
+    picks = sorted(set([1, 5, 10] + [jobs * k // 10 for k in range(1, 11)]))
+    secs = sorted(s["seconds"] for s in samples)
+    L = ["", "### The JVM: %d jobs through one `DriverService` (tests/jni JniTest soak)" % jobs, "",
+         "A `DriverService` and two `TaskService`s started with `Config.elastic(true)`, all in one JVM "
+         "(as in a Spark driver that hosts both, the case with the most native state in one process), "
+         "running %d jobs of 2 ranks back to back with `JobOptions.keepTasks(true)` (the last job shuts "
+         "the tasks down); the JVM's descriptors, threads and VmRSS after each job. CI runs 30 (jni_soak: "
+         "after the warm-up, no more descriptors or threads than at its end and VmRSS within 16 MiB)." % jobs,
+         "", "A job took %.2f s median, %.2f s at most. After job %d: %d descriptors, %d threads, %d KiB; "
+         "afterwards at most %d descriptors, %d threads, %d KiB." % (
+             secs[len(secs) // 2], secs[-1], warm, base["fds"], base["threads"], base["rss_kib"],
+             max(s["fds"] for s in rest), max(s["threads"] for s in rest), max(s["rss_kib"] for s in rest)),
+         "", "| after job | JVM fds / threads / VmRSS KiB |", "|---|---|"]
+    for s in samples:
+        if s["job"] in picks:
+            L.append("| %d | %d / %d / %d |" % (s["job"], s["jvm"]["fds"], s["jvm"]["threads"], s["jvm"]["rss_kib"]))
+    return L
 
 
 def main():
@@ -193,6 +221,7 @@ def main():
     ap = hvdtest.arg_parser("--bin", "--probe-lib")
     ap.add_argument("--jobs", type=int, default=30, help="jobs back to back (--full: 500)")
     ap.add_argument("--full", action="store_true", help="500 jobs")
+    ap.add_argument("--jvm-samples", help="the JVM soak's JSON lines, for the doc (see above)")
     reldoc.add_options(ap)
     ARGS = ap.parse_args()
     if ARGS.full:
@@ -210,7 +239,11 @@ def main():
         print(json.dumps(s))
     if ARGS.write_doc:
         png = os.path.join(os.path.dirname(ARGS.doc), "img", "soak.png")
-        reldoc.write_section(ARGS.doc, "soak", doc_body(samples, bad, plot(samples, png)))
+        jvm = None
+        if ARGS.jvm_samples:
+            with open(ARGS.jvm_samples) as f:
+                jvm = [json.loads(line) for line in f if line.strip()]
+        reldoc.write_section(ARGS.doc, "soak", doc_body(samples, bad, plot(samples, png), jvm))
     if bad:
         print("FAIL soak: did not level off: " + "; ".join(bad))
         return 1

@@ -30,8 +30,10 @@ import org.hvdbridge.TaskService;
  * run real mpirun jobs through hvd-rsh into the embedded task services.
  *
  * usage: JniTest --bin DIR --probe-lib libprobe_entry.so --jvm-probe libjvm_probe.so CASE
- * CASE: errors | job | ancestry | failing_rank | argv | close_running | repeat
+ * CASE: errors | job | jobs | soak | ancestry | failing_rank | argv | close_running | repeat
  *       | load [--expect-from WHERE]
+ * soak: -Dhvdbridge.soak.jobs=N (default 30) jobs; -Dhvdbridge.soak.out=FILE writes the
+ * samples as JSON lines (tests/soak/test_soak.py --jvm-samples reads them).
  */
 public final class JniTest {
     static String bin, probeLib, jvmProbe, expectFrom;
@@ -61,6 +63,7 @@ public final class JniTest {
             case "errors": errors(); break;
             case "job": job(); break;
             case "jobs": jobs(); break;
+            case "soak": soak(); break;
             case "ancestry": ancestry(); break;
             case "failing_rank": failingRank(); break;
             case "argv": argv(); break;
@@ -480,6 +483,52 @@ public final class JniTest {
                 check(t.exitCode == 0, "task " + t.cfg + " exit code " + t.exitCode);
             }
         }
+    }
+
+    static long vmRssKib() throws IOException {
+        for (String line : Files.readAllLines(Paths.get("/proc/self/status")))
+            if (line.startsWith("VmRSS:")) return Long.parseLong(line.split("\\s+")[1]);
+        return -1;
+    }
+
+    /** A long-lived DriverService running N jobs back to back over the same two elastic task
+     *  services (threads of this JVM, as in a Spark driver that hosts both): after the
+     *  warm-up (the first fifth, at least 5 jobs) the JVM's descriptors and threads never
+     *  exceed their value at its end, and VmRSS grows by less than 16 MiB (the heap's own
+     *  breathing included). */
+    static void soak() throws Exception {
+        int jobs = Integer.getInteger("hvdbridge.soak.jobs", 30), n = 2, warm = Math.max(5, jobs / 5);
+        String out = System.getProperty("hvdbridge.soak.out");
+        List<String> lines = new ArrayList<>();
+        int baseFds = 0, baseThreads = 0;
+        long baseRss = 0;
+        try (DriverService d = DriverService.start(n, EntryPoint.sharedObject(probeLib, "probe_entry", null), null)) {
+            List<TaskThread> tasks = startTasks(d, n, 1, null, true);
+            for (int job = 1; job <= jobs; job++) {
+                long t0 = System.nanoTime();
+                JobResult jr = d.runJob(opts(null).keepTasks(job < jobs));
+                check(jr.succeeded(), "job " + job + " failed: " + jr.failureMessage());
+                double secs = (System.nanoTime() - t0) / 1e9;
+                int fds = count("/proc/self/fd"), threads = count("/proc/self/task");
+                long rss = vmRssKib();
+                lines.add(String.format("{\"job\": %d, \"seconds\": %.3f, \"jvm\": {\"fds\": %d, "
+                                        + "\"threads\": %d, \"rss_kib\": %d}}", job, secs, fds, threads, rss));
+                if (job == warm) {
+                    baseFds = fds;
+                    baseThreads = threads;
+                    baseRss = rss;
+                } else if (job > warm && job < jobs) { /* the last job shut the tasks down */
+                    check(fds <= baseFds, "job " + job + ": " + fds + " descriptors, " + baseFds + " after job " + warm);
+                    check(threads <= baseThreads, "job " + job + ": " + threads + " threads, " + baseThreads
+                                                  + " after job " + warm);
+                    check(rss - baseRss < 16 * 1024, "job " + job + ": VmRSS " + rss + " KiB, " + baseRss
+                                                     + " after job " + warm);
+                }
+                if (job % 50 == 0 || job == jobs) System.out.println(lines.get(lines.size() - 1));
+            }
+            joinTasks(tasks, 30_000);
+        }
+        if (out != null) Files.write(Paths.get(out), lines, StandardCharsets.UTF_8);
     }
 
     /** Each rank descends from this JVM (the embedded task service ran orted). */
