@@ -493,9 +493,12 @@ public final class JniTest {
 
     /** A long-lived DriverService running N jobs back to back over the same two elastic task
      *  services (threads of this JVM, as in a Spark driver that hosts both): after the
-     *  warm-up (the first fifth, at least 5 jobs) the JVM's descriptors and threads never
-     *  exceed their value at its end, and VmRSS grows by less than 16 MiB (the heap's own
-     *  breathing included). */
+     *  warm-up (the first fifth, at least 5 jobs) the JVM's descriptors and threads stay
+     *  within JVM_NOISE of their value at its end (the JVM's own come and go: JIT compiler
+     *  threads, a jar opened; a leak of one per job would pass it within a few jobs), and
+     *  VmRSS grows by less than 16 MiB (the heap's own breathing included). */
+    static final int JVM_NOISE = 4;
+
     static void soak() throws Exception {
         int jobs = Integer.getInteger("hvdbridge.soak.jobs", 30), n = 2, warm = Math.max(5, jobs / 5);
         String out = System.getProperty("hvdbridge.soak.out");
@@ -518,9 +521,10 @@ public final class JniTest {
                     baseThreads = threads;
                     baseRss = rss;
                 } else if (job > warm && job < jobs) { /* the last job shut the tasks down */
-                    check(fds <= baseFds, "job " + job + ": " + fds + " descriptors, " + baseFds + " after job " + warm);
-                    check(threads <= baseThreads, "job " + job + ": " + threads + " threads, " + baseThreads
-                                                  + " after job " + warm);
+                    check(fds <= baseFds + JVM_NOISE, "job " + job + ": " + fds + " descriptors, " + baseFds
+                                                      + " after job " + warm);
+                    check(threads <= baseThreads + JVM_NOISE, "job " + job + ": " + threads + " threads, "
+                                                              + baseThreads + " after job " + warm);
                     check(rss - baseRss < 16 * 1024, "job " + job + ": VmRSS " + rss + " KiB, " + baseRss
                                                      + " after job " + warm);
                 }
