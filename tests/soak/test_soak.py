@@ -107,7 +107,9 @@ def run_soak(d, mark, jobs):
 
 
 def level_problems(samples):
-    """What did not level off after the warm-up, as sentences."""
+    """What did not level off after the warm-up, as sentences. In a sanitizer build
+    ($HVD_SANITIZE) VmRSS is not judged: the sanitizer's runtime keeps freed memory and its
+    shadow, which is what it is for; descriptors and threads still are."""
     warm = max(5, len(samples) // 5)
     if len(samples) <= warm:
         return ["only %d samples" % len(samples)]
@@ -121,7 +123,7 @@ def level_problems(samples):
                 bad.append("%s %s: %d after job %d, %d after job %d" % (who, key, base[who][key], base["job"],
                                                                     top, job))
         grew = rest[-1][who]["rss_kib"] - base[who]["rss_kib"]
-        if grew >= RSS_SLACK_KIB:
+        if grew >= RSS_SLACK_KIB and not os.environ.get("HVD_SANITIZE"):
             bad.append("%s VmRSS grew %d KiB from job %d to job %d" % (who, grew, base["job"], rest[-1]["job"]))
     return bad
 
