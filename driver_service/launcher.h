@@ -111,6 +111,7 @@ typedef struct launch_dir {
 /* ---- launcher_watch.c: signals and lost tasks end the job through one path ---- */
 
 typedef struct ssh_tasks ssh_tasks;
+typedef struct local_tasks local_tasks;
 
 /* Starts the watcher thread over this process's signal pipe (common/sig.h). A signal, or a
  * task service lost while the job runs, stops the job: the driver is aborted (waits for
@@ -120,6 +121,10 @@ int watch_start(int signal_fd, hvd_err *err);
 /* From now on the watcher acts on this driver, these ssh sessions (either may be NULL). */
 void watch_set_driver(hvd_driver *d);
 void watch_set_ssh(ssh_tasks *st);
+/* And over these local task services (--local, task i = lt->procs[i]; they must stay until
+ * watch_end): one that exits before the job ended stops it, naming it; before it registered,
+ * that is the only sign of it. */
+void watch_set_local(const local_tasks *lt);
 /* Lost tasks stop mattering (the job's part of the tasks is over). */
 void watch_ignore_lost(void);
 /* The stop flag for hvd_launch_config.stop. */
@@ -134,11 +139,11 @@ void watch_end(void);
 /* ---- launcher_local.c ---- */
 
 /* Local task services (--local): hvd-task processes run through the process runner. */
-typedef struct local_tasks {
+struct local_tasks {
     struct hvd_proc **procs;
     int n;
     int cap; /* room in procs */
-} local_tasks;
+};
 
 /* Starts np hvd-task processes grouped into `hosts` fake hosts (distinct host hashes,
  * separate temp dirs), with `job_env` (the driver's hvd_driver_job_env) in their environment.

@@ -392,6 +392,7 @@ static int start_tasks(job *j) {
             fprintf(stderr, "hvd-driver: cannot start the local task services: %s\n", err.msg);
             return -1;
         }
+        watch_set_local(&j->lt);
     } else if (j->o.ssh_hosts) {
         if (!(j->ssh = ssh_tasks_start(&j->o, j->d, j->job_env, &err))) {
             fprintf(stderr, "hvd-driver: cannot start the task services over ssh: %s\n", err.msg);

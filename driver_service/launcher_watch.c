@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/proc.h"
 #include "common/sig.h"
 #include "launcher.h"
 
@@ -22,14 +23,15 @@
 static struct {
     pthread_t thread;
     bool running;
-    int signal_fd;      /* the process's signal pipe */
-    int quit[2];        /* main -> watcher: end */
-    int stop;           /* hvd_launch_config.stop (atomic) */
-    hvd_driver *d;      /* atomic */
-    ssh_tasks *ssh;     /* atomic */
-    int ignore_lost;    /* atomic */
-    pthread_mutex_t mu; /* guards reason */
-    char reason[512];   /* why the job was stopped; "" if it was not */
+    int signal_fd;            /* the process's signal pipe */
+    int quit[2];              /* main -> watcher: end */
+    int stop;                 /* hvd_launch_config.stop (atomic) */
+    hvd_driver *d;            /* atomic */
+    ssh_tasks *ssh;           /* atomic */
+    const local_tasks *local; /* atomic */
+    int ignore_lost;          /* atomic */
+    pthread_mutex_t mu;       /* guards reason */
+    char reason[512];         /* why the job was stopped; "" if it was not */
 } w = {.quit = {-1, -1}, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *signal_name(int sig) {
@@ -73,6 +75,10 @@ void watch_set_ssh(ssh_tasks *st) {
     if (st && hvd_signals_first()) ssh_tasks_interrupt(st);
 }
 
+void watch_set_local(const local_tasks *lt) {
+    __atomic_store_n(&w.local, lt, __ATOMIC_RELEASE);
+}
+
 void watch_ignore_lost(void) {
     __atomic_store_n(&w.ignore_lost, 1, __ATOMIC_RELEASE);
 }
@@ -102,6 +108,31 @@ static void check_lost(int64_t *lost_since) {
                                 "the driver broke: did the executor die?)");
 }
 
+/* A local task service whose process ended before it registered stops the job: nothing else
+ * tells (its exit descriptor is readable once the task and everything it ran are gone; the
+ * task said why on stderr). A registered one that goes is a lost task (check_lost). */
+static void check_local(void) {
+    const local_tasks *lt = __atomic_load_n(&w.local, __ATOMIC_ACQUIRE);
+    hvd_driver *d = __atomic_load_n(&w.d, __ATOMIC_ACQUIRE);
+    if (!lt || !d || __atomic_load_n(&w.ignore_lost, __ATOMIC_ACQUIRE)) return;
+    for (int i = 0; i < lt->n; i++) {
+        struct pollfd p = {.fd = hvd_proc_exit_fd(lt->procs[i]), .events = POLLIN};
+        if (p.fd < 0 || poll(&p, 1, 0) <= 0) continue;
+        hvd_task_info info;
+        if (hvd_driver_task(d, (uint32_t)i, &info, NULL) == 0) {
+            hvd_msg_free(&hvd_task_info_desc, &info);
+            continue;
+        }
+        char why[160];
+        snprintf(why, sizeof why,
+                 "task %d (started by hvd-driver --local, pid %d) exited before it registered: "
+                 "see its lines above",
+                 i, (int)hvd_proc_pid(lt->procs[i]));
+        stop_job(why, HVD_LAUNCH_STOP);
+        return;
+    }
+}
+
 static void *watch_main(void *arg) {
     (void)arg;
     int64_t lost_since = -1;
@@ -115,6 +146,7 @@ static void *watch_main(void *arg) {
                 on_signal(sig);
         }
         check_lost(&lost_since);
+        check_local();
     }
 }
 

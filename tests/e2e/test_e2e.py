@@ -192,6 +192,29 @@ def test_bad_entry_symbol():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_local_task_dies_early():
+    """A --local task service that exits before it registers (here an hvd-task that fails at
+    once, through $HVD_BIN_DIR) ends the job at once, naming it: the driver does not wait its
+    start timeout for a registration that cannot come."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        fake = os.path.join(d, "bin")
+        os.mkdir(fake)
+        for prog in ("hvd-rsh", "hvd-exec"):
+            os.symlink(os.path.join(ARGS.bin, prog), os.path.join(fake, prog))
+        with open(os.path.join(fake, "hvd-task"), "w") as f:
+            f.write("#!/bin/sh\necho 'fake hvd-task: failing before it registers' >&2\nexit 3\n")
+        os.chmod(os.path.join(fake, "hvd-task"), 0o755)
+        env = hvdtest.marked_env(mark, ARGS.bin, HVD_BIN_DIR=fake)
+        rc, so, se, dt = run(driver("run", "-np", "2", "--local", "1", "--start-timeout", "60", "--", "true"),
+                             env, cwd=d, timeout=90)
+        check(rc != 0, "hvd-driver exited 0:\n" + se)
+        check(dt < 15, "ended after %.1f s, not at once (start timeout 60 s):\n%s" % (dt, se))
+        check(re.search(r"task [01] \(started by hvd-driver --local, pid \d+\) exited before it registered", se),
+              "the driver names the task:\n" + se)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def listeners_of(pids):
     """[(program, local address)] of the TCP listening sockets of these processes."""
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
