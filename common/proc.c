@@ -899,10 +899,12 @@ int hvd_proc_reap(hvd_proc *c, int *exit_code) {
              * say), and a tool that rewrites the keeper's own exit status (valgrind's
              * --error-exitcode, a sanitizer's exitcode in a forked child). */
             c->exit_code = c->exit_record;
+        } else if (r == 0 && si.si_code == CLD_EXITED) {
+            c->exit_code = si.si_status; /* the keeper exits with the command's code */
         } else if (r == 0) {
-            /* The keeper died without reporting (killed): its command may live on, re-parented
-             * away from us, a job process nobody watches. Its process group goes down now, and
-             * the command counts as killed by that SIGKILL. */
+            /* The keeper was killed (it blocks every other signal: SIGKILL, or a crash): its
+             * command may live on, re-parented away from us, a job process nobody watches. Its
+             * process group goes down now, and the command counts as killed by that SIGKILL. */
             if (c->shell > 0) kill(-c->shell, SIGKILL);
             c->exit_code = 128 + SIGKILL;
             c->exit_signal = SIGKILL;
