@@ -163,7 +163,7 @@ int hvd_broadcast_async(const char *name, void *buf, int64_t count, hvd_dtype dt
         check_extent("broadcast", name, count, 1, dtype, err))
         return -1;
     const char *n = name ? name : "(unnamed)";
-    int size = rt_current_size();
+    int size = rt_current_size(NULL); /* not running: rt_submit says so */
     if (size > 0 && (root < 0 || root >= size))
         return hvd_err_set(err, HVD_E_INVALID, "broadcast of '%s': root %d is not a rank (size %d)",
                            n, root, size);
@@ -185,9 +185,8 @@ int hvd_alltoall_async(const char *name, const void *sendbuf, int64_t first_dim,
         check_extent("alltoall", name, first_dim, row_elems, dtype, err))
         return -1;
     const char *n = name ? name : "(unnamed)";
-    int size = rt_current_size();
-    if (size <= 0)
-        return hvd_err_set(err, HVD_E_STATE, "alltoall of '%s': the runtime is not running", n);
+    int size = rt_current_size(err);
+    if (size <= 0) return hvd_err_prefix(err, "alltoall of '%s': ", n);
     if (!out) return hvd_err_set(err, HVD_E_INVALID, "alltoall of '%s': NULL output", n);
     if (first_dim * row_elems > 0 && !sendbuf)
         return hvd_err_set(err, HVD_E_INVALID, "alltoall of '%s': NULL buffer", n);

@@ -143,26 +143,20 @@ static void bg_teardown(bg_state *b) {
 
 /* ---- the background thread --------------------------------------------------------------- */
 
-/* Sleeps until the monotonic instant t_ns (absolute, so work does not add drift). */
-static void sleep_until_ns(int64_t t_ns) {
-    /* common/clock.h converts milliseconds; cycles are set in fractions of them. */
-    struct timespec ts = {t_ns / 1000000000, t_ns % 1000000000};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-}
-
 static void *bg_main(void *arg) {
     bg_state *b = arg;
     hvd_err err = {0};
     int rc = bg_setup(b, &err);
     rt_state_init_done(rc, &err);
     if (rc == 0) {
+        /* Cycles start on a grid of cycle times (absolute, so work adds no drift), or earlier
+         * when a submission wakes the thread (rt_state_sleep_until). */
         int64_t next = hvd_now_ns();
         while (!rt_cycle_run(&b->cycle)) {
             next += b->cfg.cycle_ns;
             int64_t now = hvd_now_ns();
             if (next < now) next = now;
-            sleep_until_ns(next);
+            rt_state_sleep_until(next);
         }
     }
     bg_teardown(b);

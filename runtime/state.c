@@ -25,8 +25,10 @@ typedef struct hslot {
 } hslot;
 
 static struct {
-    pthread_mutex_t mu; /* guards everything below */
-    pthread_cond_t cv;  /* handle completions, init result */
+    pthread_mutex_t mu;   /* guards everything below */
+    pthread_cond_t cv;    /* handle completions, init result */
+    pthread_cond_t bg_cv; /* wakes the background thread between cycles (CLOCK_MONOTONIC) */
+    bool bg_sleeping;     /* it waits in rt_state_sleep_until */
     int state;
     bool shutdown_requested;
     bool ever_started;
@@ -53,6 +55,16 @@ static struct {
     .mu = PTHREAD_MUTEX_INITIALIZER,
     .cv = PTHREAD_COND_INITIALIZER,
 };
+
+static pthread_once_t bg_cv_once = PTHREAD_ONCE_INIT;
+
+static void bg_cv_init(void) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* rt_state_sleep_until's instants */
+    pthread_cond_init(&g.bg_cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
 
 /* ---- handles (g.mu held) -------------------------------------------------------------- */
 
@@ -158,6 +170,7 @@ int rt_state_wait_init(hvd_err *err) {
 void rt_state_request_shutdown(void) {
     pthread_mutex_lock(&g.mu);
     g.shutdown_requested = true;
+    if (g.bg_sleeping) pthread_cond_signal(&g.bg_cv);
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -171,6 +184,17 @@ void rt_state_stopped(void) {
 }
 
 /* ---- the background thread ----------------------------------------------------------- */
+
+void rt_state_sleep_until(int64_t t_ns) {
+    pthread_once(&bg_cv_once, bg_cv_init);
+    struct timespec ts = {t_ns / 1000000000, t_ns % 1000000000};
+    pthread_mutex_lock(&g.mu);
+    g.bg_sleeping = true;
+    while (!g.q_head && !g.shutdown_requested && hvd_now_ns() < t_ns)
+        pthread_cond_timedwait(&g.bg_cv, &g.mu, &ts);
+    g.bg_sleeping = false;
+    pthread_mutex_unlock(&g.mu);
+}
 
 rt_entry *rt_state_drain(bool *shutdown_requested) {
     /* If the application is in the middle of a burst of submissions (a training step handing
@@ -236,14 +260,18 @@ static int refuse(rt_entry *e) {
     return -1;
 }
 
+/* Why a submission is refused while the runtime does not run. g.mu held. Returns -1. */
+static int not_running(hvd_err *err) {
+    int code = g.ever_started ? HVD_E_SHUTDOWN : HVD_E_STATE;
+    if (g.state == RT_ENDED || (g.ever_started && g.stop_reason[0]))
+        return hvd_err_set(err, code, "the collective runtime has stopped: %s", g.stop_reason);
+    return hvd_err_set(err, code, "the collective runtime is not running: call hvd_init() first");
+}
+
 int rt_submit(rt_entry *e, const char *name, hvd_handle *handle, hvd_err *err) {
     pthread_mutex_lock(&g.mu);
     if (g.state != RT_RUNNING) {
-        int code = g.ever_started ? HVD_E_SHUTDOWN : HVD_E_STATE;
-        if (g.state == RT_ENDED || (g.ever_started && g.stop_reason[0]))
-            hvd_err_set(err, code, "the collective runtime has stopped: %s", g.stop_reason);
-        else
-            hvd_err_set(err, code, "the collective runtime is not running: call hvd_init() first");
+        not_running(err);
         return refuse(e);
     }
     if (name) {
@@ -280,14 +308,15 @@ int rt_submit(rt_entry *e, const char *name, hvd_handle *handle, hvd_err *err) {
         g.q_head = e;
     g.q_tail = e;
     g.q_last_ns = hvd_now_ns();
+    if (g.bg_sleeping) pthread_cond_signal(&g.bg_cv); /* the next cycle starts now */
     *handle = e->handle;
     pthread_mutex_unlock(&g.mu);
     return 0;
 }
 
-int rt_current_size(void) {
+int rt_current_size(hvd_err *err) {
     pthread_mutex_lock(&g.mu);
-    int s = g.state == RT_RUNNING ? g.ids.size : -1;
+    int s = g.state == RT_RUNNING ? g.ids.size : not_running(err);
     pthread_mutex_unlock(&g.mu);
     return s;
 }

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "entry.h"
 #include "hvd/runtime.h"
@@ -44,6 +45,12 @@ void rt_state_stopped(void);
 
 /* ---- the background thread (cycle.c) ------------------------------------------------ */
 
+/* Sleeps until the monotonic instant t_ns (hvd_now_ns time) between two cycles, or less: a
+ * submission, or hvd_shutdown, ends the sleep at once. A collective submitted while the
+ * runtime idles therefore starts its cycle right away instead of up to a cycle time later
+ * (HOROVOD_CYCLE_TIME is the longest wait between cycles, not a fixed period); a burst of
+ * submissions still goes into one cycle (rt_state_drain waits for its end). */
+void rt_state_sleep_until(int64_t t_ns);
 /* Takes the queued entries (linked by next) once the current burst of submissions is over,
  * and tells whether hvd_shutdown was called. */
 rt_entry *rt_state_drain(bool *shutdown_requested);
@@ -62,7 +69,8 @@ rt_entry *rt_state_end(const char *reason);
  * "<op>.noname.<n>" when name is NULL. Returns 0 with *handle set, or -1 with err (e is
  * freed). */
 int rt_submit(rt_entry *e, const char *name, hvd_handle *handle, hvd_err *err);
-/* hvd_size() while running, else -1. */
-int rt_current_size(void);
+/* hvd_size() while running, else -1 with err as a refused submission's (HVD_E_SHUTDOWN once
+ * the runtime has stopped, HVD_E_STATE before hvd_init). */
+int rt_current_size(hvd_err *err);
 
 #endif

@@ -71,6 +71,12 @@ static void test_shutdown_with_pending_work(void) {
         hvd_handle h2;
         CHECK(hvd_allreduce_async("late", d, e, 2, HVD_FLOAT64, HVD_OP_SUM, -1, &h2, &err) == -1 &&
               err.code == HVD_E_SHUTDOWN && strstr(err.msg, "another rank called hvd_shutdown"));
+        /* alltoall needs the size before it queues anything: the same refusal. */
+        hvd_output out = {0};
+        CHECK(hvd_alltoall_async("late.a2a", d, 2, 1, NULL, HVD_FLOAT64, -1, &out, &h2, &err) ==
+                  -1 &&
+              err.code == HVD_E_SHUTDOWN && strstr(err.msg, "alltoall of 'late.a2a'") &&
+              strstr(err.msg, "another rank called hvd_shutdown"));
         CHECK(hvd_init(&err) == -1 && strstr(err.msg, "hvd_shutdown"));
         CHECK(hvd_shutdown() == 0);
         CHECK(hvd_shutdown() == 0); /* idempotent */
