@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/strv.h"
 #include "hvd/driver.h"
+#include "hvd/launch.h"
 #include "hvd/rpc.h"
 
 /* ---- Registry (registry.c): the tables; callers hold hvd_driver.mu ---------------------- */
@@ -215,6 +216,7 @@ struct hvd_driver {
     drv_agent *agents;                /* loop thread */
     drv_event events[DRV_EVENTS_MAX]; /* under mu */
     size_t nevents;
+    hvd_mpi_impl mpi; /* the jobs' MPI (hvd_driver_set_mpi), under mu */
 
     hvd_elastic_msg elastic; /* what ELASTIC_STATE answers (under mu) */
 };

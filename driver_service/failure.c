@@ -10,7 +10,42 @@
 #include <string.h>
 
 #include "driver_internal.h"
+#include "hvd/launch.h"
 #include "hvd/proto.h"
+
+/* ---- The jobs' MPI ------------------------------------------------------------------------- */
+
+/* Declared in hvd/launch.h, with the MPI names; here because the driver's sentences use them
+ * (libhvd_driver does not link libhvd_launch). */
+
+const char *hvd_mpi_daemon(hvd_mpi_impl mpi) {
+    switch (mpi) {
+    case HVD_MPI_OPENMPI5:
+        return "prted";
+    case HVD_MPI_MPICH:
+        return "hydra_pmi_proxy";
+    default:
+        return "orted";
+    }
+}
+
+void hvd_driver_set_mpi(hvd_driver *d, hvd_mpi_impl mpi) {
+    pthread_mutex_lock(&d->mu);
+    d->mpi = mpi;
+    pthread_mutex_unlock(&d->mu);
+}
+
+hvd_mpi_impl hvd_driver_mpi(hvd_driver *d) {
+    pthread_mutex_lock(&d->mu);
+    hvd_mpi_impl mpi = d->mpi;
+    pthread_mutex_unlock(&d->mu);
+    return mpi;
+}
+
+/* The daemon of the jobs' MPI (d->mu held). */
+static const char *daemon_of(const hvd_driver *d) {
+    return hvd_mpi_daemon(d->mpi);
+}
 
 /* ---- Events ------------------------------------------------------------------------------ */
 
@@ -61,8 +96,8 @@ static void on_agent_gone(void *arg) {
     if (!a->reported && job_running(d))
         add_event(d, a->pid, true,
                   "the agent of host %s (hvd-rsh, pid %u) went away without reporting how its "
-                  "command (orted) ended: was it killed?",
-                  a->host_hash, a->pid);
+                  "command (%s) ended: was it killed?",
+                  a->host_hash, a->pid, daemon_of(d));
     pthread_mutex_unlock(&d->mu);
     agent_unlink(d, a);
     free(a);
@@ -108,11 +143,11 @@ static void report_event(hvd_driver *d, const hvd_agent_report_msg *m) {
     if (m->index >= 0) snprintf(task, sizeof task, " (task %d)", m->index);
     if (m->lost)
         add_event(d, 0, false,
-                  "the agent of host %s (hvd-rsh) lost the task service%s that ran orted: %s", host,
-                  task, m->error ? m->error : "its connection broke");
+                  "the agent of host %s (hvd-rsh) lost the task service%s that ran %s: %s", host,
+                  task, daemon_of(d), m->error ? m->error : "its connection broke");
     else if (!m->started && m->error)
-        add_event(d, 0, false, "the agent of host %s (hvd-rsh) could not start orted%s: %s", host,
-                  task, m->error);
+        add_event(d, 0, false, "the agent of host %s (hvd-rsh) could not start %s%s: %s", host,
+                  daemon_of(d), task, m->error);
     else if (m->error) /* stopped from outside: a signal not from mpirun */
         add_event(d, 0, false, "the agent of host %s (hvd-rsh) was %s", host, m->error);
 }
@@ -138,6 +173,42 @@ static void on_agent_report(hvd_call *call, const msgpack_object *body, void *us
 
 /* ---- Task services' events ------------------------------------------------------------------ */
 
+/* The daemon of task `index` on host could not run: its shell did not find it (exit status
+ * 127; the executor lacks the MPI, or has it off its PATH) or could not execute it (126). One
+ * event that says so and what to do (d->mu held). Not weak: nothing else makes sh exit so. */
+static void daemon_not_run(hvd_driver *d, const char *host, uint32_t index, int code) {
+    const char *daemon = daemon_of(d);
+    if (code == 126) {
+        add_event(d, 0, false,
+                  "%s could not start on host %s (task %u): that executor's shell found %s but "
+                  "could not run it (exit status 126: not executable, or not a program for that "
+                  "machine); check the MPI install on that executor",
+                  daemon, host, index, daemon);
+    } else if (d->mpi == HVD_MPI_MPICH) { /* Hydra runs its proxy by the path mpiexec has */
+        add_event(d, 0, false,
+                  "%s could not start on host %s (task %u): that executor has no %s where the "
+                  "driver's mpiexec has it (its shell could not find it: exit status 127); install "
+                  "the driver's MPI (MPICH or Intel MPI) on every executor, at the path it has on "
+                  "the driver",
+                  daemon, host, index, daemon);
+    } else if (d->mpi == HVD_MPI_OPENMPI5) { /* prterun often gives prted's full path */
+        add_event(d, 0, false,
+                  "%s could not start on host %s (task %u): that executor has no %s on its PATH "
+                  "or where the driver's Open MPI has it (its shell could not find it: exit status "
+                  "127); install Open MPI 5 (the version of the driver's mpirun) on every "
+                  "executor, at the path it has on the driver, or give mpirun --prefix with its "
+                  "install dir there",
+                  daemon, host, index, daemon);
+    } else {
+        add_event(d, 0, false,
+                  "%s could not start on host %s (task %u): that executor has no %s on its PATH "
+                  "(its shell could not find it: exit status 127); install Open MPI (the version "
+                  "of the driver's mpirun) on every executor, or give mpirun --prefix with its "
+                  "install dir, or put its bin dir on the executors' PATH",
+                  daemon, host, index, daemon);
+    }
+}
+
 /* One TASK_EVENT (d->mu held; t registered). */
 static void task_event(hvd_driver *d, uint32_t index, drv_task *t, const hvd_task_event_msg *m) {
     const char *host = t->info.host_hash;
@@ -152,18 +223,20 @@ static void task_event(hvd_driver *d, uint32_t index, drv_task *t, const hvd_tas
         if (m->signal > 0) {
             char sig[64];
             signal_text(m->signal, sig, sizeof sig);
-            add_event(d, 0, false, "orted of host %s (in task %u) was killed by signal %s", host,
-                      index, sig);
+            add_event(d, 0, false, "%s of host %s (in task %u) was killed by signal %s",
+                      daemon_of(d), host, index, sig);
+        } else if (m->exit_code == 127 || m->exit_code == 126) {
+            daemon_not_run(d, host, index, m->exit_code);
         } else { /* weak: also how orted ends when mpirun is stopped while it starts them */
-            add_event(d, 0, true, "orted of host %s (in task %u) exited with status %d", host,
-                      index, m->exit_code);
+            add_event(d, 0, true, "%s of host %s (in task %u) exited with status %d", daemon_of(d),
+                      host, index, m->exit_code);
         }
         break;
     case HVD_TASK_EV_AGENT_GONE: /* weak: mpirun kills its agents when it gives up a launch */
         add_event(d, 0, true,
-                  "the agent of host %s (hvd-rsh%s%s) went away while orted ran in task %u: was "
-                  "it killed?",
-                  host, m->text ? " at " : "", m->text ? m->text : "", index);
+                  "the agent of host %s (hvd-rsh%s%s) went away while %s ran in task %u: was it "
+                  "killed?",
+                  host, m->text ? " at " : "", m->text ? m->text : "", daemon_of(d), index);
         break;
     default:
         break;

@@ -67,6 +67,16 @@ static char *iface_list(char *const *ifaces, bool no_loopback, bool *failed) {
     return list;
 }
 
+/* The list for btl_tcp_if_include: without loopback when another interface remains. Open MPI's
+ * TCP transport spreads a message over every interface of the list, and with loopback beside
+ * another one a message over its eager limit (64 KiB) between two hosts never arrived (Open MPI
+ * 4.1.4: a 68,000-byte MPI_Bcast between two fake hosts hung with lo,eth0 and ran with either
+ * alone; e2e_big_messages). Between real hosts loopback carries nothing anyway. */
+static char *btl_list(char *const *ifaces, bool *failed) {
+    char *list = iface_list(ifaces, true, failed);
+    return list ? list : iface_list(ifaces, false, failed);
+}
+
 /* Open MPI's "-mca NAME VALUE" (ORTE: -mca; PRRTE's daemons: --prtemca; the ranks: --mca). */
 static void mca(hvd_strb *a, const char *opt, const char *name, const char *value) {
     hvd_strb_add(a, opt);
@@ -146,14 +156,15 @@ static void parts_openmpi4(hvd_launch_parts *p, const char *rsh, char *const *if
     hvd_strb_add(&args, "--stdin");
     hvd_strb_add(&args, "none");
     mca(&agent, "-mca", "plm_rsh_agent", rsh);
-    char *list = iface_list(ifaces, false, failed);
+    char *list = iface_list(ifaces, false, failed), *btl = btl_list(ifaces, failed);
     if (list) {
-        mca(&ifs, "-mca", "btl_tcp_if_include", list);
+        mca(&ifs, "-mca", "btl_tcp_if_include", btl);
         mca(&ifs, "-mca", "oob_tcp_if_include", list);
         /* A prefix list for NCCL: '=' asks for exact names (eth1 not eth10). */
         launch_rank_env(&ifs, HVD_MPI_OPENMPI4, "NCCL_SOCKET_IFNAME", "=%s", list);
     }
     free(list);
+    free(btl);
     p->args = hvd_strb_finish(&args);
     p->agent = hvd_strb_finish(&agent);
     p->ifaces = hvd_strb_finish(&ifs);
@@ -172,10 +183,12 @@ static void parts_openmpi5(hvd_launch_parts *p, const char *rsh, char *const *if
     hvd_strb_add(&args, "none");
     mca(&agent, "--prtemca", "plm_ssh_agent", rsh);
     char *list = iface_list(ifaces, false, failed), *oob = iface_list(ifaces, true, failed);
-    if (list) mca(&ifs, "--mca", "btl_tcp_if_include", list);
+    char *btl = btl_list(ifaces, failed);
+    if (btl) mca(&ifs, "--mca", "btl_tcp_if_include", btl);
     if (oob) mca(&ifs, "--prtemca", "oob_tcp_if_include", oob);
     if (list) launch_rank_env(&ifs, HVD_MPI_OPENMPI5, "NCCL_SOCKET_IFNAME", "=%s", list);
     free(list);
+    free(btl);
     free(oob);
     p->args = hvd_strb_finish(&args);
     p->agent = hvd_strb_finish(&agent);
@@ -249,6 +262,7 @@ int hvd_launch_parts_make(hvd_driver *d, const hvd_launch_config *cfg, char *con
         hvd_launch_parts_free(out);
         return hvd_err_set(err, HVD_E_INTERNAL, "out of memory building the mpirun command");
     }
+    if (d) hvd_driver_set_mpi(d, out->mpi); /* its failure sentences name this MPI's daemon */
     return 0;
 }
 

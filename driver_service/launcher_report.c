@@ -171,10 +171,10 @@ static int blame(hvd_driver *d, const hvd_rank_result *r, size_t n, const job_en
         snprintf(why, cap, "%s%s", end->stopped, note);
     else if ((nstopped = stopped_ranks(r, n, &first)) > 0)
         snprintf(why, cap,
-                 "%zu rank%s (rank %d first) %s stopped by orted before finishing, and no part of "
+                 "%zu rank%s (rank %d first) %s stopped by %s before finishing, and no part of "
                  "the job failed on its own: %s (was mpirun stopped from outside?)%s",
-                 nstopped, nstopped == 1 ? "" : "s", first, nstopped == 1 ? "was" : "were", said,
-                 note);
+                 nstopped, nstopped == 1 ? "" : "s", first, nstopped == 1 ? "was" : "were",
+                 hvd_mpi_daemon(hvd_driver_mpi(d)), said, note);
     else if (missing_ranks(r, n, note, sizeof note) == n)
         snprintf(why, cap,
                  end->mpirun ? "no rank reported a result: %s before the ranks ran (see mpirun's "

@@ -34,6 +34,10 @@ const char *hvd_mpi_impl_name(hvd_mpi_impl mpi);
 /* The implementation named by one of those words. Returns 0, or -1 for another word. */
 int hvd_mpi_impl_parse(const char *name, hvd_mpi_impl *out);
 
+/* The per-host daemon an implementation's launcher starts through the agent on every host:
+ * "orted", "prted" or "hydra_pmi_proxy" (HVD_MPI_AUTO: "orted", the default MPI's). */
+const char *hvd_mpi_daemon(hvd_mpi_impl mpi);
+
 /* Which implementation a launcher's `--version` text describes ("mpirun (Open MPI) 5.0.11",
  * Hydra's "HYDRA build details: ... Version: 4.2.1", Intel MPI's "Intel(R) MPI Library ...").
  * Returns 0 with *out (never HVD_MPI_AUTO) and the version (e.g. "Open MPI 5.0.11") in
@@ -108,11 +112,19 @@ typedef struct hvd_launch_parts {
     char **env;       /* NAME=VALUE the launcher itself needs in its environment */
 } hvd_launch_parts;
 
-/* Fills out for the job of d over ifaces (cfg->mpi, detected when HVD_MPI_AUTO). Returns 0, or
- * -1 with err (nothing to free then). */
+/* Fills out for the job of d over ifaces (cfg->mpi, detected when HVD_MPI_AUTO), and tells d
+ * which MPI its jobs use (hvd_driver_set_mpi). Returns 0, or -1 with err (nothing to free
+ * then). */
 int hvd_launch_parts_make(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
                           hvd_launch_parts *out, hvd_err *err);
 void hvd_launch_parts_free(hvd_launch_parts *p);
+
+/* Which MPI the driver's jobs use, for its failure sentences (which daemon, what to install
+ * where it is missing: hvd_driver_failure). hvd_launch_parts_make sets it, so every launcher
+ * does (hvd_launch_job, the elastic launcher, hvd-driver serve); HVD_MPI_AUTO until then (the
+ * sentences then name orted). Any thread. */
+void hvd_driver_set_mpi(hvd_driver *d, hvd_mpi_impl mpi);
+hvd_mpi_impl hvd_driver_mpi(hvd_driver *d);
 
 /* The directory of hvd-rsh/hvd-exec: $HVD_BIN_DIR, else the directory of /proc/self/exe. */
 const char *hvd_launch_bin_dir(void);

@@ -660,11 +660,37 @@ static PyTypeObject TaskType = {
 
 /* ---- Module ------------------------------------------------------------------------------ */
 
+/* mpi_detect(mpirun=None) -> (implementation, version, daemon): which MPI a launcher belongs
+ * to (`mpirun --version`, hvd_mpi_detect), e.g. ("openmpi4", "Open MPI 4.1.4", "orted"). */
+static PyObject *mod_mpi_detect(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"mpirun", NULL};
+    const char *mpirun = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|z", kwlist, &mpirun)) return NULL;
+    hvd_mpi_impl mpi;
+    char version[64];
+    hvd_err err;
+    PyThreadState *ts = PyEval_SaveThread(); /* it runs `mpirun --version` */
+    int rc = hvd_mpi_detect(mpirun, &mpi, version, sizeof version, &err);
+    PyEval_RestoreThread(ts);
+    if (rc != 0) return raise_err(&err);
+    return Py_BuildValue("(sss)", hvd_mpi_impl_name(mpi), version, hvd_mpi_daemon(mpi));
+}
+
+static PyMethodDef core_methods[] = {
+    {"mpi_detect", (PyCFunction)(void (*)(void))mod_mpi_detect, METH_VARARGS | METH_KEYWORDS,
+     "mpi_detect(mpirun=None) -> (implementation, version, daemon): which MPI a launcher (a "
+     "path, or a name in PATH; None: mpirun) belongs to, e.g. ('openmpi4', 'Open MPI 4.1.4', "
+     "'orted')"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "hvd_bridge._core",
     .m_doc = "The C libraries of hvd-bridge: driver service, job launch, task service.",
     .m_size = -1,
+    .m_methods = core_methods,
 };
 
 PyMODINIT_FUNC PyInit__core(void);

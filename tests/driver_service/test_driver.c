@@ -620,6 +620,55 @@ static void test_failure(void) {
     CHECK(task_event(c, 9, HVD_TASK_EV_DONE, 0, 0, NULL, &err) == -1 && err.code == HVD_E_INVALID);
     hvd_client_close(c);
     hvd_driver_stop(d);
+
+    /* 4. A daemon its shell could not find (exit status 127: the executor lacks the MPI): one
+     * line naming the daemon, the host and what to do, before an earlier weak note (another
+     * daemon's exit status); in the words of the jobs' MPI (Open MPI 4's orted until a launch
+     * set another). */
+    d = start_driver(4, NULL, NULL, NULL);
+    c = d ? register_xy(d) : NULL;
+    CHECK(d && hvd_driver_mpi(d) == HVD_MPI_AUTO);
+    CHECK(task_event(c, 0, HVD_TASK_EV_COMMAND_ENDED, 1, 0, NULL, &err) == 0);
+    CHECK(task_event(c, 1, HVD_TASK_EV_COMMAND_ENDED, 127, 0, NULL, &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_AGENT &&
+                  strstr(buf, "orted could not start on host hy (task 1): that executor has no "
+                              "orted on its PATH (its shell could not find it: exit status 127)") &&
+                  strstr(buf, "install Open MPI (the version of the driver's mpirun) on every "
+                              "executor, or give mpirun --prefix"),
+              "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+    /* MPICH: Hydra runs hydra_pmi_proxy by the path the driver's mpiexec has. */
+    d = start_driver(4, NULL, NULL, NULL);
+    c = d ? register_xy(d) : NULL;
+    if (d) hvd_driver_set_mpi(d, HVD_MPI_MPICH);
+    CHECK(d && hvd_driver_mpi(d) == HVD_MPI_MPICH);
+    CHECK(task_event(c, 0, HVD_TASK_EV_COMMAND_ENDED, 127, 0, NULL, &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_AGENT &&
+                  strstr(buf, "hydra_pmi_proxy could not start on host hx (task 0): that executor "
+                              "has no hydra_pmi_proxy where the driver's mpiexec has it") &&
+                  strstr(buf, "install the driver's MPI (MPICH or Intel MPI) on every executor"),
+              "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+    /* Open MPI 5, a prted that is there but cannot run (126); its other notes name prted. */
+    d = start_driver(4, NULL, NULL, NULL);
+    c = d ? register_xy(d) : NULL;
+    if (d) hvd_driver_set_mpi(d, HVD_MPI_OPENMPI5);
+    CHECK(task_event(c, 1, HVD_TASK_EV_COMMAND_ENDED, 126, 0, NULL, &err) == 0);
+    CHECK(task_event(c, 0, HVD_TASK_EV_COMMAND_ENDED, 137, 9, NULL, &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_AGENT &&
+                  strstr(buf, "prted could not start on host hy (task 1): that executor's shell "
+                              "found prted but could not run it (exit status 126"),
+              "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+    CHECK(strcmp(hvd_mpi_daemon(HVD_MPI_OPENMPI4), "orted") == 0 &&
+          strcmp(hvd_mpi_daemon(HVD_MPI_OPENMPI5), "prted") == 0 &&
+          strcmp(hvd_mpi_daemon(HVD_MPI_MPICH), "hydra_pmi_proxy") == 0);
 }
 
 static void test_code(void) {

@@ -298,6 +298,19 @@ def test_runtime_command():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_big_messages():
+    """Messages over the TCP transport's eager limit between ranks on two fake hosts: a 1 MiB
+    MPI_Bcast and MPI_Allreduce on a duplicated communicator under MPI_THREAD_MULTIPLE (what
+    the runtime does). With loopback and another interface both in btl_tcp_if_include, Open
+    MPI 4.1's TCP transport spread such a message over both and the broadcast never ended."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, dt = run(driver("run", "-np", "2", "--local", "2", "--timeout", "60", *mpi_opts(), "--",
+                                    ARGS.big_messages), runtime_env(mark), cwd=d, timeout=120)
+        check(rc == 0 and so.count("big messages ok") == 2, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_mpi_mismatch():
     """An entry point built against another MPI is refused by hvd_init, naming both."""
     other = "mpich" if ARGS.mpi == "openmpi4" else "openmpi4"
@@ -342,6 +355,42 @@ def test_remote_tasks_with_gpus():
         gpus = [hvdtest.parse_kv(r["result_text"])["gpus"] for r in res["ranks"]]
         check(gpus == ["3", "5,6"], "each rank saw its own task's GPUs: %s" % gpus)
         check([t.returncode for t in tasks] == [0, 0], "tasks exit 0: %s" % [t.returncode for t in tasks])
+    hvdtest.assert_no_leftovers(mark)
+
+
+def test_daemon_missing():
+    """An executor without Open MPI: task 1's service runs with a PATH that holds no orted (an
+    empty directory: its shell needs nothing else), task 0's with the usual one. The job fails
+    within seconds with one line naming orted, the host and what to install; nothing is left."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "results.json")
+        nompi = os.path.join(d, "bin-without-mpi")
+        os.mkdir(nompi)
+        env = hvdtest.marked_env(mark, ARGS.bin)
+        drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "2", "--results-json", out, "--entry",
+                                              ARGS.probe_lib + ":probe_entry"], env, d)
+        tenv = dict(env, **hvdtest.task_hint(drv))
+        tasks = [hvdtest.start_task(ARGS.bin, 0, tenv, "e2e-mpi-a", stderr=subprocess.PIPE),
+                 hvdtest.start_task(ARGS.bin, 1, dict(tenv, PATH=nompi), "e2e-nompi-b",
+                                    stderr=subprocess.PIPE)]
+        t0 = time.time()
+        try:
+            so, se = drv.communicate(timeout=120)
+        finally:
+            for t in tasks:
+                t.communicate(timeout=30)
+        dt, se = time.time() - t0, se.decode(errors="replace")
+        check(drv.returncode != 0, "hvd-driver must fail, exited 0:\n" + se)
+        check(dt < 60, "it failed after %.1f s" % dt)
+        last = se.strip().splitlines()[-1]
+        check(last.startswith("hvd-driver: job failed: orted could not start on host e2e-nompi-b "
+                              "(task 1): that executor has no orted on its PATH (its shell could "
+                              "not find it: exit status 127); install Open MPI"),
+              "the last line names orted, the host and the fix:\n" + se)
+        check("mpirun --prefix" in last and "PATH" in last, "the other fixes: " + last)
+        check(load_results(out)["failure"] == last[len("hvd-driver: job failed: "):],
+              "the results JSON holds the same sentence: %s" % load_results(out))
     hvdtest.assert_no_leftovers(mark)
 
 
@@ -601,6 +650,7 @@ def main():
     global ARGS
     ap = hvdtest.arg_parser("--bin", "--probe-lib", "--probe-rank", "--src", "--build-root", "--example-lib",
                             "--example-prog")
+    ap.add_argument("--big-messages", help="tests/e2e/big_messages.c's program")
     ap.add_argument("--mpi", choices=hvdtest.MPIS, default="openmpi4")
     ap.add_argument("cases", nargs="*")
     ARGS = ap.parse_args()

@@ -5,6 +5,9 @@ per task of a barrier stage; mpirun reaches them through ``hvd-rsh``; each rank 
 function, calls it, and sends back its pickled return value."""
 import base64
 import os
+import re
+import shutil
+import socket
 import sys
 import threading
 
@@ -12,12 +15,75 @@ from .. import _core, _job, bin_dir
 
 _WAIT_TICK_S = 0.2  # the driver thread wakes this often, so that Ctrl-C gets through
 
+# How the executor check's error begins (the driver finds it in the Spark job's failure).
+_NO_DAEMON = "hvd_bridge: the executor on host "
+_NO_DAEMON_LINE = re.compile(r"(%s[^\n]*)" % re.escape(_NO_DAEMON))
+# Open MPI's and PRRTE's launch agent (the daemon's command) set through the environment.
+_LAUNCH_AGENT_VARS = ("OMPI_MCA_orte_launch_agent", "OMPI_MCA_prte_launch_agent",
+                      "PRTE_MCA_prte_launch_agent")
 
-def _task_fn(addrs, secret, start_timeout, net_timeout, log_level, elastic=False):
+
+def _daemon_need(mpi_args):
+    """What each Spark task checks before it starts its task service: {"daemon", "dirs",
+    "mpi", "impl"}, the daemon the driver's mpirun will start there ("orted" for Open MPI 4,
+    "prted", "hydra_pmi_proxy"), the directories besides the executor's PATH that mpirun may
+    run it from (those of the driver's mpirun: run by its full path, as Hydra does and as Open
+    MPI's --prefix and prefix-by-default builds do; --prefix's bin), the MPI with its version
+    ("Open MPI 4.1.4") and its kind ("openmpi4", "openmpi5", "mpich"). None
+    when the driver cannot tell (no mpirun, or not one it knows: the launch then says so) or
+    when mpi_args name the daemon's command themselves (a launch agent)."""
+    if any("launch_agent" in a or "launch-agent" in a for a in mpi_args) or any(
+            os.environ.get(v) for v in _LAUNCH_AGENT_VARS):
+        return None
+    try:
+        impl, version, daemon = _core.mpi_detect()
+    except _core.HvdError:
+        return None
+    dirs = []
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        dirs += [os.path.dirname(os.path.abspath(mpirun)),
+                 os.path.dirname(os.path.realpath(mpirun))]
+    for i, a in enumerate(mpi_args):
+        if a in ("--prefix", "-prefix") and i + 1 < len(mpi_args):
+            dirs.append(os.path.join(mpi_args[i + 1], "bin"))
+        elif a.startswith(("--prefix=", "-prefix=")):
+            dirs.append(os.path.join(a.split("=", 1)[1], "bin"))
+    return {"daemon": daemon, "dirs": list(dict.fromkeys(dirs)), "mpi": version or impl,
+            "impl": impl}
+
+
+def _check_daemon(index, need):
+    """Raises RuntimeError, one line, when this executor has no need["daemon"] (_daemon_need):
+    not on its PATH, nor in any of need["dirs"]. Its shell could not start it, and mpirun
+    would fail with a message that names neither the host nor the fix."""
+    daemon = need["daemon"]
+    if shutil.which(daemon) or any(os.access(os.path.join(d, daemon), os.X_OK)
+                                   for d in need["dirs"]):
+        return
+    where = "on its PATH" + (" nor in " + ", ".join(need["dirs"]) if need["dirs"] else "")
+    if need["impl"] == "mpich":  # Hydra runs its proxy by the path mpiexec has
+        fix = ("install %s (the driver's MPI) on every executor, at the path it has on the "
+               "driver" % need["mpi"])
+    elif need["impl"] == "openmpi5":  # prterun often gives prted's full path
+        fix = ("install %s (the driver's MPI) on every executor, at the path it has on the "
+               "driver, or give extra_mpi_args='--prefix <its install dir there>'" % need["mpi"])
+    else:
+        fix = ("install %s (the driver's MPI; Debian: openmpi-bin) on every executor, or give "
+               "extra_mpi_args='--prefix <its install dir>', or put its bin dir on the "
+               "executors' PATH (spark.executorEnv.PATH)" % need["mpi"])
+    raise RuntimeError("%s%s (Spark task %d) has no %s (mpirun's daemon) %s: %s" % (
+        _NO_DAEMON, socket.gethostname(), index, daemon, where, fix))
+
+
+def _task_fn(addrs, secret, start_timeout, net_timeout, log_level, elastic=False, need=None):
     """The function every Spark task runs: a task service for the partition's index (an
-    elastic one, in a plain stage, for run_elastic)."""
+    elastic one, in a plain stage, for run_elastic), after checking that the MPI's daemon is
+    there (need: _daemon_need's answer; None: no check)."""
 
     def task(index, iterator):
+        if need is not None:
+            _check_daemon(index, need)
         from pyspark import BarrierTaskContext, TaskContext
 
         from hvd_bridge import _core as core
@@ -51,6 +117,7 @@ class _SparkJob(threading.Thread):
         self.sc, self.group, self.num_proc = sc, group, num_proc
         self.task_fn, self.driver, self.barrier = task_fn, driver, barrier
         self.error = None
+        self.executor_problem = None  # _check_daemon's line, when a task failed it
 
     def run(self):
         try:
@@ -63,7 +130,10 @@ class _SparkJob(threading.Thread):
         except Exception as e:  # noqa: BLE001 - any Spark failure ends the job
             self.error = e
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            self.driver.abort("the Spark job failed: %s" % first[:300])
+            m = _NO_DAEMON_LINE.search(str(e))
+            if m:
+                first = self.executor_problem = m.group(1).strip()
+            self.driver.abort("the Spark job failed: %s" % first[:600])
 
 
 def _run_job(driver, run=None, **kw):
@@ -126,7 +196,7 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     group = "hvd_bridge.spark.run.%d.%d" % (os.getpid(), id(driver))
     secret = base64.b64decode(driver.job_env()["HVD_SECRET"])
     task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
-                       "info" if verbose >= 2 else "warn")
+                       "info" if verbose >= 2 else "warn", need=_daemon_need(mpi_args))
     spark = _SparkJob(sc, group, num_proc, task_fn, driver)
     out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
     err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
@@ -173,7 +243,8 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
     group = "hvd_bridge.spark.run_elastic.%d.%d" % (os.getpid(), id(driver))
     secret = base64.b64decode(driver.job_env()["HVD_SECRET"])
     task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
-                       "info" if verbose >= 2 else "warn", elastic=True)
+                       "info" if verbose >= 2 else "warn", elastic=True,
+                       need=_daemon_need(mpi_args))
     spark = _SparkJob(sc, group, max_np, task_fn, driver, barrier=False)
     out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
     err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
@@ -195,6 +266,8 @@ def _drive(sc, group, spark, driver, out, err, launch):
         failure, first_failed = driver.failure()
         return _job.values_or_raise(driver.results(), status, reason, failure, first_failed)
     except _core.HvdError as e:
+        if spark.executor_problem is not None:  # one line says it all
+            raise _job.JobError("the Spark job failed: %s" % spark.executor_problem) from e
         if spark.error is not None:
             raise _job.JobError("%s (the Spark job failed: %s)" % (e, spark.error)) from e
         raise
