@@ -82,8 +82,9 @@ int launch_opts_number(const char *opt, const char *text, int min, int max, int 
 
 extern const char ELASTIC_USAGE[];
 extern const struct option ELASTIC_LONG_OPTS[];
-/* Defaults of the options below (before parsing). */
-void elastic_opts_defaults(launch_opts *o);
+/* Defaults of the options below (before parsing), $HOROVOD_ELASTIC_TIMEOUT first. Returns 0, or
+ * the exit status when that is no number of seconds. */
+int elastic_opts_defaults(launch_opts *o);
 /* One option of ELASTIC_LONG_OPTS (its second value, if any, is taken from argv[optind]).
  * Returns 0, or the exit status. */
 int elastic_opts_take(int c, const char *v, int argc, char **argv, launch_opts *o);

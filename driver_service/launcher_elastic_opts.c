@@ -79,13 +79,15 @@ const struct option ELASTIC_LONG_OPTS[] = {
     {NULL, 0, NULL, 0},
 };
 
-void elastic_opts_defaults(launch_opts *o) {
+int elastic_opts_defaults(launch_opts *o) {
     o->reset_limit = -1;
     o->elastic_timeout_s = HVD_ELASTIC_TIMEOUT_DEFAULT_S;
     o->cooldown_min_s = HVD_BLACKLIST_COOLDOWN_MIN_S;
     o->cooldown_max_s = HVD_BLACKLIST_COOLDOWN_MAX_S;
     const char *t = getenv(HVD_ELASTIC_TIMEOUT_ENV);
-    if (t && *t) o->elastic_timeout_s = atoi(t) > 0 ? atoi(t) : o->elastic_timeout_s;
+    if (t && *t)
+        return launch_opts_number(HVD_ELASTIC_TIMEOUT_ENV, t, 1, 1 << 30, &o->elastic_timeout_s);
+    return 0;
 }
 
 /* --blacklist-cooldown-range MIN MAX: MAX is the next word (Horovod takes two values). */
@@ -155,10 +157,16 @@ static int read_hostfile(launch_opts *o) {
         line[strcspn(line, "#\r\n")] = '\0';
         char *host = strtok(line, " \t");
         if (!host) continue;
-        long slots = 1;
-        for (char *w; (w = strtok(NULL, " \t")) != NULL;)
-            if (strncmp(w, "slots=", 6) == 0) slots = strtol(w + 6, NULL, 10);
-        hvd_strb_addf(&b, "%s:%ld", host, slots > 0 ? slots : 1);
+        int slots = 1, rc = 0;
+        for (char *w; !rc && (w = strtok(NULL, " \t")) != NULL;)
+            if (strncmp(w, "slots=", 6) == 0)
+                rc = launch_opts_number("--hostfile slots=", w + 6, 1, 1 << 20, &slots);
+        if (rc) {
+            fclose(f);
+            hvd_strb_free(&b);
+            return rc;
+        }
+        hvd_strb_addf(&b, "%s:%d", host, slots);
     }
     fclose(f);
     char **v = hvd_strb_finish(&b);

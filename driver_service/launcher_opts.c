@@ -302,7 +302,7 @@ static int defaults(launch_opts *o) {
     o->start_timeout_s = HVD_START_TIMEOUT_DEFAULT_S;
     o->jobs = 1;
     o->net_timeout_s = HVD_NET_TIMEOUT_DEFAULT_S;
-    elastic_opts_defaults(o);
+    if (elastic_opts_defaults(o)) return 2;
     const char *nt = getenv(HVD_NET_TIMEOUT_ENV);
     if (nt && *nt)
         return number(HVD_NET_TIMEOUT_ENV, nt, 1, HVD_NET_TIMEOUT_MAX_S, &o->net_timeout_s);

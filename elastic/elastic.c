@@ -80,9 +80,15 @@ static int task_fetch(uint64_t id, hvd_commit_msg *c, hvd_err *err) {
 
 /* Stores commit `id` in this rank's task service. g.mu held. */
 static int task_store(uint64_t id, const void *state, size_t len, hvd_err *err) {
+    /* Checked before anything is sent, as HVD_E_INVALID, which hvd_elastic_resettable calls
+     * incurable: the rank fails instead of being reset to meet the same state again. */
     if (len > HVD_ELASTIC_STATE_MAX)
-        return hvd_err_set(err, HVD_E_INVALID, "a commit holds at most %u bytes, not %zu",
-                           HVD_ELASTIC_STATE_MAX, len);
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "the state to commit is %.1f MiB (%zu bytes), over the %u MiB a task "
+                           "service keeps (HVD_ELASTIC_STATE_MAX): commit less, only what the "
+                           "training cannot redo (the parameters, the optimizer's state, where "
+                           "it is)",
+                           (double)len / (1024.0 * 1024.0), len, HVD_ELASTIC_STATE_MAX >> 20);
     hvd_commit_msg c = {.id = id, .size = len, .state = {(uint8_t *)state, len}};
     if (task_open(err) != 0) return -1;
     return hvd_client_call(g.task, &hvd_commit_state_desc, &c, &hvd_ack_desc, NULL, 0,
@@ -209,6 +215,11 @@ int hvd_elastic_check_host_updates(hvd_err *err) {
 int hvd_elastic_commit(const void *state, size_t len, hvd_err *err) {
     if (hvd_elastic_save(state, len, err) != 0) return -1;
     return hvd_elastic_check_host_updates(err);
+}
+
+int hvd_elastic_resettable(int code) {
+    return code == HVD_E_IO || code == HVD_E_TIMEOUT || code == HVD_E_SHUTDOWN ||
+           code == HVD_E_INTERNAL;
 }
 
 uint64_t hvd_elastic_commit_id(void) {

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -668,6 +669,12 @@ int main(int argc, char **argv) {
     bool reset = elastic && status == HVD_ELASTIC_EXIT_RESET;
     if (status != 0 && !reset) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
     report(&ri, status, stopped, res.data, res.len, res.error);
+    if (elastic && !reset && !stopped && status > 0 && status < 128) {
+        /* Let the ranks failing alike report too before mpirun aborts them. */
+        struct timespec ts = {HVD_ELASTIC_FAIL_LINGER_MS / 1000,
+                              (HVD_ELASTIC_FAIL_LINGER_MS % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     hvd_client_close(ri.driver);
     hvd_secret_wipe(&ri.secret);
     free(res.data);

@@ -202,10 +202,10 @@ static int start_state(sgd_state *st, hvd_err *e) {
     void *buf = NULL;
     size_t len = 0;
     int r = hvd_elastic_restore(&buf, &len, e);
-    if (r == 1 && len == sizeof *st) memcpy(st, buf, sizeof *st);
+    if (r == 1 && len >= sizeof *st) memcpy(st, buf, sizeof *st); /* state_bytes: zeros after */
     free(buf);
     if (r < 0) return -1;
-    if (r == 1 && len == sizeof *st) return 0;
+    if (r == 1 && len >= sizeof *st) return 0;
     st->steps = 0;
     return init_weights(st->w, e);
 }
@@ -218,7 +218,8 @@ int sgd_train_elastic(const sgd_elastic_config *ec, double *w, double *mse, char
     if (check_config(cfg, err, err_len) != 0) return -1;
     if (start_state(&st, &e) != 0) {
         snprintf(err, err_len, "cannot restore the state: %s", e.msg);
-        return HVD_ELASTIC_EXIT_RESET;
+        /* A task service or a rank went away: reset; else the next launch would fail alike. */
+        return hvd_elastic_resettable(e.code) ? HVD_ELASTIC_EXIT_RESET : -1;
     }
     log_line(ec->log_path, "start size=%d commit=%llu steps=%lld\n", hvd_size(),
              (unsigned long long)hvd_elastic_commit_id(), (long long)st.steps);
@@ -230,12 +231,20 @@ int sgd_train_elastic(const sgd_elastic_config *ec, double *w, double *mse, char
     }
     int per_epoch = cfg->samples / cfg->batch;
     int64_t total = (int64_t)cfg->epochs * per_epoch;
-    while (st.steps < total) {
+    size_t blob_len = ec->state_bytes > sizeof st ? ec->state_bytes : sizeof st;
+    unsigned char *blob = blob_len > sizeof st ? calloc(1, blob_len) : NULL;
+    if (blob_len > sizeof st && !blob) {
+        snprintf(err, err_len, "out of memory for a state of %zu bytes", blob_len);
+        return -1;
+    }
+    int rc = 0;
+    while (rc == 0 && st.steps < total) {
         if (step(cfg, st.w, (int)(st.steps % per_epoch), &e) != 0) {
             /* In an elastic job a rank went away: the driver resets the job. */
             snprintf(err, err_len, "gradient allreduce (step %lld) failed: %s", (long long)st.steps,
                      e.msg);
-            return hvd_elastic_enabled() ? HVD_ELASTIC_EXIT_RESET : -1;
+            rc = hvd_elastic_enabled() ? HVD_ELASTIC_EXIT_RESET : -1;
+            break;
         }
         st.steps++;
         if (ec->sleep_ms > 0) {
@@ -243,18 +252,23 @@ int sgd_train_elastic(const sgd_elastic_config *ec, double *w, double *mse, char
             nanosleep(&ts, NULL);
         }
         if (st.steps % ec->commit_every != 0 && st.steps != total) continue;
-        int r = hvd_elastic_commit(&st, sizeof st, &e);
+        if (blob) memcpy(blob, &st, sizeof st);
+        int r = hvd_elastic_commit(blob ? (void *)blob : &st, blob_len, &e);
         log_line(ec->log_path, "commit id=%llu steps=%lld size=%d\n",
                  (unsigned long long)hvd_elastic_commit_id(), (long long)st.steps, hvd_size());
         if (r == HVD_ELASTIC_RESET) { /* hosts changed: every rank is here, end together */
             hvd_shutdown();
-            return HVD_ELASTIC_EXIT_RESET;
-        }
-        if (r < 0) {
-            snprintf(err, err_len, "commit failed: %s", e.msg);
-            return HVD_ELASTIC_EXIT_RESET;
+            rc = HVD_ELASTIC_EXIT_RESET;
+        } else if (r < 0) {
+            snprintf(err, err_len, "commit %llu failed: %s",
+                     (unsigned long long)hvd_elastic_commit_id() + 1, e.msg);
+            /* A task service or a rank went away: reset. Else (a state over the limit, ...)
+             * the next launch would fail alike: fail. */
+            rc = hvd_elastic_resettable(e.code) ? HVD_ELASTIC_EXIT_RESET : -1;
         }
     }
+    free(blob);
+    if (rc != 0) return rc;
     memcpy(w, st.w, sizeof st.w);
     return score(cfg, w, mse, err, err_len);
 }
@@ -275,6 +289,7 @@ static void parse_elastic_arg(const hvd_entry_ctx *ctx, sgd_elastic_config *ec, 
         if (!strcmp(kv, "log")) ec->log_path = v;
         if (!strcmp(kv, "fail_host")) ec->fail_host = v;
         if (!strcmp(kv, "fail_rank")) ec->fail_rank = atoi(v);
+        if (!strcmp(kv, "state_bytes")) ec->state_bytes = (size_t)strtoull(v, NULL, 10);
     }
 }
 

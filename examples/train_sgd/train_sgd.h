@@ -29,17 +29,19 @@ typedef struct sgd_elastic_config {
     const char *log_path;  /* rank 0 appends "start ..." and "commit ..." lines here, or NULL */
     const char *fail_host; /* tests: ranks on this host hash fail (status 3) at every start */
     int fail_rank;         /* tests: this rank fails (status 3) at every start; -1: none */
+    size_t state_bytes;    /* tests: commit this many bytes (the state, then zeros), if more */
 } sgd_elastic_config;
 
 /* Trains (hvd_init done) from the newest commit, or from the start. Returns 0 with the final
  * weights and error as sgd_train; HVD_ELASTIC_EXIT_RESET when the job must be reset (the hosts
  * changed at a commit, or a collective failed because a rank went away: the rank should end
- * with that status); -1 with err otherwise. */
+ * with that status); -1 with err otherwise, also when a commit or the restore failed in a way
+ * a reset cannot cure (hvd_elastic_resettable: e.g. a state over HVD_ELASTIC_STATE_MAX). */
 int sgd_train_elastic(const sgd_elastic_config *ec, double *w, double *mse, char *err,
                       size_t err_len);
 
 /* The elastic entry point: ctx->arg is "epochs=N,commit=K,sleep=MS,log=FILE,fail_host=H,
- * fail_rank=R" (each optional).
+ * fail_rank=R,state_bytes=B" (each optional).
  * Returns as hvd_example_train_sgd, or HVD_ELASTIC_EXIT_RESET. */
 int hvd_example_train_sgd_elastic(const hvd_entry_ctx *ctx, hvd_entry_result *out);
 

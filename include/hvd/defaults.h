@@ -66,6 +66,12 @@
 /* The exit status with which a rank ends for a reset (hosts updated, or a collective failed
  * because another rank went away): EX_TEMPFAIL, "try again". Never blamed on its host. */
 #define HVD_ELASTIC_EXIT_RESET 75
+/* An elastic rank that failed on its own (status 1-127 but 75) stays this long after its
+ * report before it exits: mpirun aborts the other ranks when the first one exits, and ranks
+ * that fail at the same point (e.g. a state over HVD_ELASTIC_STATE_MAX) must all be heard, so
+ * that the driver sees the job's own failure and ends the job instead of blaming one host and
+ * resetting into the same failure. */
+#define HVD_ELASTIC_FAIL_LINGER_MS 1000
 /* A reset stops the old mpirun: SIGTERM, SIGKILL this much later (the ranks are restarted
  * from their last commit anyway; the delay lets mpirun remove its session directory). */
 #define HVD_ELASTIC_KILL_DELAY_MS 3000

@@ -16,6 +16,7 @@
  *         if (step % 10 == 0) {
  *             int r = hvd_elastic_commit(bytes, n, &err);
  *             if (r == HVD_ELASTIC_RESET) return HVD_ELASTIC_EXIT_RESET;  // hosts changed
+ *             if (r < 0) return hvd_elastic_resettable(err.code) ? HVD_ELASTIC_EXIT_RESET : 1;
  *         }
  *     }
  *
@@ -24,8 +25,10 @@
  *
  * The collective functions (restore, commit, check_host_updates) must be called by every rank,
  * in the same order, like the runtime's collectives. Errors: return -1 with err (may be NULL)
- * naming what failed; nothing here exits or aborts. One context per process, made on first
- * use; the functions are thread-safe but meant for the training thread. */
+ * naming what failed; nothing here exits or aborts. hvd_elastic_resettable(err->code) tells an
+ * error a reset may cure (a task service or a rank went away: end with HVD_ELASTIC_EXIT_RESET)
+ * from one the next launch would meet again (fail the rank with the error). One context per
+ * process, made on first use; the functions are thread-safe but meant for the training thread. */
 #ifndef HVD_ELASTIC_H
 #define HVD_ELASTIC_H
 
@@ -56,7 +59,8 @@ int hvd_elastic_restore(void **state, size_t *len, hvd_err *err);
 
 /* Stores len bytes (at most HVD_ELASTIC_STATE_MAX) in this rank's task service as the next
  * commit (hvd_elastic_commit_id() + 1). Not collective; every rank should save the same state
- * at the same point. Returns 0, or -1 with err. */
+ * at the same point. Returns 0, or -1 with err: HVD_E_INVALID, before anything is sent, when
+ * len is over HVD_ELASTIC_STATE_MAX (the message gives both sizes). */
 int hvd_elastic_save(const void *state, size_t len, hvd_err *err);
 
 /* Collective: 1 (HVD_ELASTIC_RESET) when the driver says the hosts changed since this launch
@@ -67,6 +71,16 @@ int hvd_elastic_check_host_updates(hvd_err *err);
 /* hvd_elastic_save, then hvd_elastic_check_host_updates (Horovod's state.commit()). Returns
  * 0, HVD_ELASTIC_RESET, or -1 with err. */
 int hvd_elastic_commit(const void *state, size_t len, hvd_err *err);
+
+/* Whether a reset may cure an error of the functions above, by its code (err->code): 1 for a
+ * connection to the task service or the driver that broke or timed out, a collective that
+ * failed because a rank went away or the runtime stopped (HVD_E_IO, HVD_E_TIMEOUT,
+ * HVD_E_SHUTDOWN, HVD_E_INTERNAL): end the rank with HVD_ELASTIC_EXIT_RESET. 0 for the others,
+ * which every launch would meet again, so that a reset would only repeat them for ever: a
+ * state over HVD_ELASTIC_STATE_MAX (HVD_E_INVALID), a rank not started by hvd-exec or a task
+ * service without --elastic (HVD_E_STATE), a wrong job secret (HVD_E_AUTH), ...: fail the rank
+ * (a status of its own, 1-127 but 75) with the error. */
+int hvd_elastic_resettable(int code);
 
 /* The id of the newest commit this rank saved or restored: 0 before any. */
 uint64_t hvd_elastic_commit_id(void);

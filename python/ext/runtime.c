@@ -4,8 +4,11 @@
  * their handle completes. Waits release the GIL.
  *
  * Errors: arguments the runtime refuses at submission raise ValueError (Horovod's
- * INVALID_ARGUMENT); a collective that fails (mismatch across ranks, shutdown, MPI or NCCL
- * failure) raises HorovodInternalError from wait(). */
+ * INVALID_ARGUMENT); a collective submitted after the runtime stopped (a shutdown on any rank)
+ * raises HorovodInternalError, as in Horovod, and so does one that fails (mismatch across ranks,
+ * shutdown, MPI or NCCL failure) from wait(). The elastic functions raise HorovodInternalError
+ * when a reset may cure the error (a task service or a rank went away), ElasticError when not
+ * (hvd_elastic_resettable). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -19,6 +22,7 @@
 #include "hvd/runtime.h"
 
 static PyObject *InternalError; /* hvd_bridge._runtime.HorovodInternalError(RuntimeError) */
+static PyObject *ElasticError;  /* hvd_bridge._runtime.ElasticError(RuntimeError) */
 
 /* Outputs of allgather and alltoall, by handle: the runtime fills them at completion. A small
  * open-addressed table would do; a linked list is enough for the handful in flight. */
@@ -29,8 +33,11 @@ typedef struct pending_out {
 } pending_out;
 static pending_out *outputs; /* the GIL guards it */
 
+/* A refused submission: the runtime failed or has stopped (HorovodInternalError, which
+ * @hvd.elastic.run turns into a reset), or the arguments are bad (ValueError). */
 static PyObject *submit_error(const hvd_err *err) {
-    PyErr_SetString(err->code == HVD_E_INTERNAL ? InternalError : PyExc_ValueError, err->msg);
+    bool internal = err->code == HVD_E_INTERNAL || err->code == HVD_E_SHUTDOWN;
+    PyErr_SetString(internal ? InternalError : PyExc_ValueError, err->msg);
     return NULL;
 }
 
@@ -350,8 +357,10 @@ static PyObject *rt_stats(PyObject *self, PyObject *unused) {
 
 /* ---- Elastic jobs (include/hvd/elastic.h) ---------------------------------------------------- */
 
+/* HorovodInternalError when a reset may cure it (@hvd.elastic.run then ends the rank for a
+ * reset), else ElasticError (the rank fails: a reset would meet the same error again). */
 static PyObject *elastic_error(const hvd_err *err) {
-    PyErr_SetString(InternalError, err->msg);
+    PyErr_SetString(hvd_elastic_resettable(err->code) ? InternalError : ElasticError, err->msg);
     return NULL;
 }
 
@@ -477,7 +486,14 @@ PyMODINIT_FUNC PyInit__runtime(void) {
         "A collective failed on this rank (a mismatch across ranks, a shutdown, an MPI or NCCL "
         "failure); Horovod's class of the same name.",
         PyExc_RuntimeError, NULL);
+    ElasticError = PyErr_NewExceptionWithDoc(
+        "hvd_bridge._runtime.ElasticError",
+        "An elastic commit, restore or host check failed in a way a reset cannot cure (a state "
+        "over ELASTIC_STATE_MAX bytes, a rank not started by hvd-exec, ...): the rank fails.",
+        PyExc_RuntimeError, NULL);
     if (!InternalError || PyModule_AddObjectRef(m, "HorovodInternalError", InternalError) < 0 ||
+        !ElasticError || PyModule_AddObjectRef(m, "ElasticError", ElasticError) < 0 ||
+        PyModule_AddIntConstant(m, "ELASTIC_STATE_MAX", HVD_ELASTIC_STATE_MAX) < 0 ||
         PyModule_AddIntConstant(m, "DEVICE_CPU", HVD_DEVICE_CPU) < 0) {
         Py_DECREF(m);
         return NULL;

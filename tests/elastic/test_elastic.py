@@ -327,6 +327,31 @@ def test_registered_tasks():
             job.close()
 
 
+def test_commit_too_large():
+    """A state over HVD_ELASTIC_STATE_MAX (60 MiB) at every commit: no reset could cure it, so
+    the ranks fail instead of ending for a reset (which reset the job for ever, --reset-limit
+    being unlimited by default): the job ends at its first commit with one line that gives the
+    size, the limit and what to do, nothing blacklisted, nothing left running."""
+    with tempfile.TemporaryDirectory() as d:
+        job = Job(d, ["-np", "4", "--min-np", "2", "--max-np", "4", "--local", "2"],
+                  sgd_arg(os.path.join(d, "train.log"), epochs=2, sleep=0,
+                          state_bytes=80 * 1024 * 1024))
+        try:
+            rc, err = job.finish()
+            check(rc != 0, "the job must fail:\n%s" % err[-3000:])
+            check(not reset_lines(err) and "blacklisted" not in err,
+                  "no reset, no host blamed:\n%s" % err[-4000:])
+            last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1]
+            check(re.search(r"job failed: rank \d .*commit 1 failed: the state to commit is 80\.0 "
+                            r"MiB \(83886080 bytes\), over the 60 MiB a task service keeps "
+                            r"\(HVD_ELASTIC_STATE_MAX\): commit less", last),
+                  "the last line says why and what to do: %s" % last)
+            check([s[1] for s in job.starts()] == [4], "one launch: %s" % job.starts())
+            check(time.time() - job.t0 < 30, "the job ended at its first commit")
+        finally:
+            job.close()
+
+
 def test_cannot_start():
     """A job whose launches end before any rank reports (mpirun refuses an argument) fails
     after 3 of them with one line, instead of resetting forever."""
@@ -345,7 +370,8 @@ def test_cannot_start():
 
 def test_horovodrun_flags():
     """horovodrun's command line: -H localhost:N runs local task services, --output-filename
-    writes one log per rank, and the command may follow the options without --."""
+    writes one log per rank, the command may follow the options without --, and a hostfile's
+    slots= or $HOROVOD_ELASTIC_TIMEOUT that is no number is refused in one line."""
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logs")
@@ -364,6 +390,16 @@ def test_horovodrun_flags():
                 check(os.path.exists(path), "%s exists (%s)" % (path, os.listdir(out)))
                 with open(path) as f:
                     check("out-%d" % r in f.read(), "rank %d's stdout in %s" % (r, path))
+        # Values that are no number are refused in one line, before anything starts.
+        with open(hostfile, "w") as f:
+            f.write("localhost slots=two\n")
+        for hosts, env, says in ((["--hostfile", hostfile], {}, "--hostfile slots= must be a whole number"),
+                                 (["-H", "localhost:2"], {"HOROVOD_ELASTIC_TIMEOUT": "10x"},
+                                  "HOROVOD_ELASTIC_TIMEOUT must be a whole number")):
+            rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2"] + hosts +
+                                        ["true"], dict(hvdtest.marked_env(mark, ARGS.bin), **env), cwd=d,
+                                        timeout=JOB_LIMIT)
+            check(rc == 2 and says in se and se.count("\n") == 1, "%s %s: %d\n%s" % (hosts, env, rc, se))
     hvdtest.assert_no_leftovers(mark)
 
 

@@ -10,11 +10,17 @@
              its final model equals an undisturbed 4-rank run's
   grow       the same with a discovery script that adds a host mid-run: 2 ranks, then 4 at
              the next commit, the same final model
+  too_large  a TorchState over the 60 MiB a task service keeps: every rank fails at its first
+             commit (ElasticError, status 1) with one line giving the sizes and what to do, and
+             the job ends, instead of resetting for ever (HorovodInternalError, status 75)
+  after_shutdown  collectives after hvd.shutdown() raise HorovodInternalError (as Horovod's
+             do), bad arguments still ValueError (one process)
 
 The cases wait on the script's commit log, never on sleeps. Exits 77 when torch,
 scikit-learn or mpirun is missing, or under a sanitizer.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,7 +67,6 @@ def load(path):
 
 
 def same_model(a, b, tol=1e-5):
-    import torch
     worst = max(float((a[k] - b[k]).abs().max() / max(1.0, float(b[k].abs().max())))
                 for k in b)
     check(worst <= tol, "the model differs from the undisturbed run's by %.3g (tolerance %g)" % (
@@ -184,6 +189,82 @@ def test_grow():
             same_model(load(job.out), ref)
         finally:
             job.close()
+
+
+TOO_LARGE = r"""
+import torch, hvd_bridge.torch as hvd
+hvd.init()
+model = torch.nn.Linear(4096, 5120)  # 80 MiB of float32 weights
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+state = hvd.elastic.TorchState(model=model, optimizer=opt, epoch=0)
+
+@hvd.elastic.run
+def train(state):
+    print("training from epoch %d" % state.epoch, flush=True)
+    state.commit()
+    print("committed", flush=True)
+
+train(state)
+"""
+
+
+def test_too_large():
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "too_large.py")
+        with open(script, "w") as f:
+            f.write(TOO_LARGE)
+        mark = uuid.uuid4().hex
+        t0 = time.time()
+        # One fake host: its 2 ranks use shared memory for the 80 MiB broadcast of sync().
+        rc, out, err, _ = hvdtest.run(driver_cmd("-np", "2", "--min-np", "2", "--max-np", "2",
+                                                 "--local", "1", "--", sys.executable, script),
+                                      env=hvdtest.marked_env(mark), timeout=JOB_LIMIT)
+        took = time.time() - t0
+        hvdtest.assert_no_leftovers(mark, 15)
+        check(rc != 0, "the job must fail:\n%s" % err[-3000:])
+        check("reset 1:" not in err and "blacklisted" not in err and "committed" not in out,
+              "no reset, no host blamed, no commit:\n%s" % err[-4000:])
+        check(out.count("training from epoch 0") == 2, "one launch of 2 ranks:\n%s" % out)
+        says = ("hvd_bridge.torch.elastic: rank %d fails (a reset would not help): the state to "
+                "commit is 80.0 MiB (the model's state_dict 80.0 MiB, the optimizer's 0.0 MiB, "
+                "the keyword attributes 0.0 MiB), over the 60 MiB a task service keeps "
+                "(HVD_ELASTIC_STATE_MAX): the model's and the optimizer's state_dicts alone "
+                "are over it, so they cannot be kept across resets: train a smaller model")
+        for r in (0, 1):
+            check(says % r in err, "rank %d's line:\n%s" % (r, err[-4000:]))
+        last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1]
+        check(re.search(r"job failed: rank \d .*status 1: hvd_bridge\.torch\.elastic: rank \d "
+                        r"fails .*the state to commit is 80\.0 MiB", last),
+              "the driver's last line says why: %s" % last)
+        check(took < JOB_LIMIT / 2, "the job ended at its first commit (%.0f s)" % took)
+
+
+def test_after_shutdown():
+    code = r"""
+import torch, hvd_bridge.torch as hvd
+hvd.init()
+t = torch.ones(4)
+try:
+    hvd.broadcast(t, root_rank=5)
+    raise SystemExit("a root that is no rank was accepted")
+except ValueError as e:
+    assert "root 5 is not a rank" in str(e), e
+hvd.shutdown()
+calls = {"allreduce": lambda: hvd.allreduce(t), "allgather": lambda: hvd.allgather(t),
+         "broadcast": lambda: hvd.broadcast(t, 0), "alltoall": lambda: hvd.alltoall(t),
+         "reducescatter": lambda: hvd.reducescatter(t), "barrier": hvd.barrier,
+         "allreduce_async": lambda: hvd.allreduce_async(t)}
+for name, call in calls.items():
+    try:
+        call()
+        raise SystemExit("%s after shutdown did not fail" % name)
+    except hvd.HorovodInternalError as e:
+        assert "has stopped" in str(e), (name, e)
+print("after_shutdown ok")
+"""
+    rc, out, err, _ = hvdtest.run([sys.executable, "-c", code], env=hvdtest.marked_env(None),
+                                  timeout=120)
+    check(rc == 0 and "after_shutdown ok" in out, "(%d)\n%s\n%s" % (rc, out, err[-3000:]))
 
 
 def main():

@@ -19,8 +19,9 @@ state (model, optimizer, and the keyword attributes) to this rank's task service
 outlives the ranks, and ``@run`` starts by restoring the newest commit that survives (in sync
 on every rank) before calling the function. When the hosts change, or a collective fails
 because a rank went away, the rank ends at once with status 75 and the driver resets the job.
-Outside an elastic job nothing is committed anywhere and the function runs once, as with a
-plain ``hvd.init()``.
+An error a reset cannot cure (ElasticError: e.g. a state over the 60 MiB a task service keeps)
+fails the rank instead, with one line saying what to do. Outside an elastic job nothing is
+committed anywhere and the function runs once, as with a plain ``hvd.init()``.
 """
 import copy
 import functools
@@ -37,6 +38,13 @@ from .mpi_ops import (HorovodInternalError, HostsUpdatedInterrupt, init, is_init
 
 #: The status a rank ends with for a reset (HVD_ELASTIC_EXIT_RESET of include/hvd/defaults.h).
 RESET_STATUS = 75
+#: The status a rank ends with for an ElasticError (a failure of its own: no reset).
+FAILURE_STATUS = 1
+
+#: An elastic call failed in a way a reset cannot cure (hvd_elastic_resettable is 0: a state
+#: over the limit, a rank not started by hvd-exec, ...). Not a HorovodInternalError: @run fails
+#: the rank with it instead of resetting the job into the same error again.
+ElasticError = _rt.ElasticError
 
 
 class State:
@@ -89,10 +97,37 @@ class State:
     def _load_state_dict(self, saved):
         raise NotImplementedError()
 
+    def _parts(self):
+        """(what, object, trainable) of the saved state, to say which part is large when it is
+        too large; trainable: the model's or the optimizer's (the user cannot just leave it out)."""
+        return []
+
     def _store(self):
         buf = io.BytesIO()
         torch.save(self._state_dict(), buf)
-        _rt.elastic_save(buf.getvalue())
+        blob = buf.getvalue()
+        try:
+            _rt.elastic_save(blob)
+        except ElasticError as e:
+            if len(blob) <= _rt.ELASTIC_STATE_MAX:
+                raise
+            raise ElasticError(self._too_large(len(blob))) from e
+
+    def _too_large(self, size):
+        limit = _rt.ELASTIC_STATE_MAX
+        sizes = [(what, _saved_size(obj), trainable) for what, obj, trainable in self._parts()]
+        parts = ", ".join("%s %s" % (what, _mib(n)) for what, n, _ in sizes)
+        if sum(n for _, n, trainable in sizes if trainable) > limit:
+            what = ("the model's and the optimizer's state_dicts alone are over it, so they "
+                    "cannot be kept across resets: train a smaller model, or use an optimizer "
+                    "that keeps less state (SGD with momentum keeps one buffer per parameter, "
+                    "Adam two)")
+        else:
+            what = ("commit less: keep data sets, caches and other large objects out of the "
+                    "state's keyword attributes")
+        return ("the state to commit is %s%s, over the %d MiB a task service keeps "
+                "(HVD_ELASTIC_STATE_MAX): %s" % (
+                    _mib(size), " (%s)" % parts if parts else "", limit >> 20, what))
 
     def _restore_committed(self):
         """Loads the newest commit that survives, on every rank (collective). Returns whether
@@ -132,6 +167,9 @@ class ObjectState(State):
 
     def _state_dict(self):
         return {"objects": self._saved_state}
+
+    def _parts(self):
+        return [("the keyword attributes", self._saved_state, False)]
 
     def _load_state_dict(self, saved):
         self._saved_state = saved["objects"]
@@ -177,12 +215,26 @@ class TorchState(ObjectState):
         out.update(model=self._saved_model, optimizer=self._saved_optimizer)
         return out
 
+    def _parts(self):
+        return [("the model's state_dict", self._saved_model, True),
+                ("the optimizer's", self._saved_optimizer, True)] + super()._parts()
+
     def _load_state_dict(self, saved):
         if self.model is not None and saved.get("model") is not None:
             self.model.load_state_dict(saved["model"])
         if self.optimizer is not None and saved.get("optimizer") is not None:
             self.optimizer.load_state_dict(saved["optimizer"])
         super()._load_state_dict(saved)
+
+
+def _mib(n):
+    return "%.1f MiB" % (n / float(1 << 20))
+
+
+def _saved_size(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.tell()
 
 
 def _epoch():
@@ -207,6 +259,21 @@ def _end_for_reset(why, together):
     os._exit(RESET_STATUS)
 
 
+def _end_for_failure(e):
+    """Ends this rank for an error a reset cannot cure, with status 1 and one line saying why
+    (hvd-exec passes a rank's last line on stderr to the driver). When every rank fails so (a
+    state over the limit is the same everywhere), the driver ends the job with the error; when
+    only this one does, its host is blamed and the job goes on without it."""
+    sys.stderr.write("hvd_bridge.torch.elastic: rank %d fails (a reset would not help): %s\n" % (
+        rank(), str(e).replace("\n", " ")))
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed stream must not keep the rank alive
+            pass
+    os._exit(FAILURE_STATUS)
+
+
 def run(func):
     """Decorator of the training function ``func(state, *args, **kwargs)``: starts the runtime
     if needed, restores the newest commit that survives (or, on a fresh start, syncs the state
@@ -214,6 +281,8 @@ def run(func):
     hosts change (HostsUpdatedInterrupt at a commit) or a collective fails because a rank went
     away (HorovodInternalError), the rank ends with status 75 and the job is reset: Horovod
     retries in the same process, hvd-bridge restarts the ranks (Open MPI cannot resize a job).
+    An ElasticError (a commit, restore or host check that no reset would cure, e.g. a state
+    over the limit) ends the rank with status 1 and one line saying why: a failure, not a reset.
     """
 
     @functools.wraps(func)
@@ -236,8 +305,13 @@ def run(func):
             if not elastic:
                 raise
             _end_for_reset("a collective failed: %s" % e, False)
+        except ElasticError as e:
+            if not elastic:
+                raise
+            _end_for_failure(e)
 
     return wrapper
 
 
-__all__ = ["run", "State", "ObjectState", "TorchState", "RESET_STATUS"]
+__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticError", "RESET_STATUS",
+           "FAILURE_STATUS"]

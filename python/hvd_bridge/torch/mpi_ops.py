@@ -93,6 +93,17 @@ def size():
     return _topology(_rt.size)
 
 
+def _collective_topology(fn):
+    """rank() or size() for a collective that needs it before its submission: while the runtime
+    does not run, the error the submission itself gives (HorovodInternalError once it stopped,
+    as Horovod's collectives raise after a shutdown), not size()'s ValueError."""
+    v = fn()
+    if v < 0:
+        _rt.barrier_async()  # refused, so it raises the runtime's reason and submits nothing
+        return _topology(fn)
+    return v
+
+
 def rank():
     return _topology(_rt.rank)
 
@@ -450,8 +461,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     _check_process_set(process_set)
     t = _contiguous(tensor)
     first, row = _rows(t)
-    sp = _split_list(splits, size())
-    if sp is None and first % size():
+    n = _collective_topology(_rt.size)
+    sp = _split_list(splits, n)
+    if sp is None and first % n:
         raise ValueError("splits not provided, but first dimension of tensor is not an even "
                          "multiple of the number of workers.")
     h = _rt.alltoall_async(_name("alltoall", name), t.data_ptr(), first, row, sp, _dtype(t),
@@ -475,7 +487,8 @@ def _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor):
     if prescale_factor != 1.0:
         t = t * prescale_factor
     first, row = _rows(t)
-    mine = _rt.reducescatter_rows(first, rank(), size())
+    mine = _rt.reducescatter_rows(first, _collective_topology(_rt.rank),
+                                  _collective_topology(_rt.size))
     out = torch.empty((mine,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
     h = _rt.reducescatter_async(name, t.data_ptr(), out.data_ptr(), first, row, _dtype(t),
                                 _rt_op(op), _device(t))
