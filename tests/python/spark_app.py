@@ -6,7 +6,7 @@ given on the command line (local-cluster or a standalone master); prints one lin
   spark_app.py MASTER NUM_PROC [--train] [conf=value ...]
 
 --train adds the training parity case: tests/python/torch_cases.py's MLP on the digits with
-hvd_bridge.torch's DistributedOptimizer, on 1 and 2 ranks.
+hvd_bridge.torch's DistributedOptimizer, on 1, 2 and 4 ranks.
 """
 import io
 import json
@@ -66,12 +66,12 @@ def train_case(hs):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_cases
     cloudpickle.register_pickle_by_value(torch_cases)
-    runs = {n: hs.run(torch_cases.train_digits, num_proc=n) for n in (1, 2)}
+    runs = {n: hs.run(torch_cases.train_digits, num_proc=n) for n in (1, 2, 4)}
     import torch
     base = [torch.tensor(p) for p in runs[1][0][0]]
     diffs = [max((torch.tensor(p) - b).abs().max().item() for p, b in zip(params, base))
-             for params, _ in runs[2]]
-    report("train", {"accuracy": [acc for _, acc in runs[1] + runs[2]], "max_diff": diffs})
+             for params, _ in runs[2] + runs[4]]
+    report("train", {"accuracy": [acc for _, acc in runs[1] + runs[2] + runs[4]], "max_diff": diffs})
 
 
 def main():
