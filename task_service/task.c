@@ -216,6 +216,7 @@ static hvd_task *task_new(const hvd_task_config *cfg) {
     if (t->cfg.grace_ms <= 0) t->cfg.grace_ms = HVD_GRACE_DEFAULT_MS;
     if (t->cfg.min_lifetime_ms == 0) t->cfg.min_lifetime_ms = HVD_MIN_LIFETIME_DEFAULT_MS;
     if (t->cfg.min_lifetime_ms < 0) t->cfg.min_lifetime_ms = 0;
+    if (t->cfg.net_timeout_ms <= 0) t->cfg.net_timeout_ms = HVD_NET_TIMEOUT_DEFAULT_S * 1000;
     hvd_task_service_name(cfg->index, t->name);
     t->abort_efd = -1;
     pthread_condattr_t ca;
@@ -241,7 +242,10 @@ static int init_abort_fd(hvd_task *t, hvd_err *err) {
 /* The RPC server (not started yet) with the request handlers, listening on bind_host (NULL:
  * every interface), and its addresses on nics (NULL: every interface) in t->addrs. */
 static int init_server(hvd_task *t, const char *bind_host, const char *const *nics, hvd_err *err) {
-    hvd_server_config sc = {.name = t->name, .secret = t->cfg.secret, .bind_host = bind_host};
+    hvd_server_config sc = {.name = t->name,
+                            .secret = t->cfg.secret,
+                            .bind_host = bind_host,
+                            .net_timeout_ms = t->cfg.net_timeout_ms};
     t->srv = hvd_server_create(&sc, err);
     hvd_secret_wipe(&sc.secret);
     if (!t->srv) return -1;

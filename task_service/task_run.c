@@ -95,9 +95,7 @@ static hvd_client *watch_connect(watcher *w, hvd_err *err) {
                             .secret = t->cfg.secret,
                             .addrs = t->driver_addrs,
                             .naddrs = t->n_driver_addrs,
-                            .io_timeout_ms = t->cfg.net_timeout_ms > 0
-                                                 ? t->cfg.net_timeout_ms
-                                                 : HVD_NET_TIMEOUT_DEFAULT_S * 1000,
+                            .io_timeout_ms = t->cfg.net_timeout_ms, /* set by hvd_task_start */
                             .max_frame = WATCH_MAX_FRAME};
     for (int i = 0; i < WATCH_CONNECT_TRIES && !c && !atomic_load(&w->stop); i++) {
         if (i > 0) {
