@@ -5,11 +5,13 @@
 #include "hvd/elastic.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/num.h"
 #include "hvd/net.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
@@ -48,9 +50,14 @@ static int task_open(hvd_err *err) {
     size_t n;
     if (hvd_addrs_parse(text, &addrs, &n, err) != 0)
         return hvd_err_prefix(err, "%s: ", HVD_TASK_ADDRS_ENV);
+    long task_index;
+    if (hvd_parse_long(index, 0, UINT32_MAX, HVD_TASK_INDEX_ENV, &task_index, err) != 0) {
+        free(addrs);
+        return -1;
+    }
     hvd_client_config cc = {.addrs = addrs, .naddrs = n};
     char name[HVD_SERVICE_NAME_MAX];
-    hvd_task_service_name((uint32_t)strtoul(index, NULL, 10), name);
+    hvd_task_service_name((uint32_t)task_index, name);
     cc.service = name;
     int rc = hvd_secret_load_env(&cc.secret, err);
     if (rc == 0 && !(g.task = hvd_client_connect(&cc, err))) rc = -1;
