@@ -63,9 +63,10 @@ class Job:
         except OSError:
             return []
 
-    def commits(self):
-        """Commit ids written so far."""
-        return [int(l[2][3:]) for l in self.lines() if len(l) > 2 and l[1] == "commit"]
+    def commits(self, before=None):
+        """Commit ids written so far (with before: only those logged before that time)."""
+        return [int(l[2][3:]) for l in self.lines()
+                if len(l) > 2 and l[1] == "commit" and (before is None or float(l[0]) < before)]
 
     def starts(self):
         """(time, size, commit) of every launch's start."""
@@ -203,10 +204,11 @@ def test_grow():
                   "one reset that adds elgrowB: %s\n(the driver's stderr, end:)\n%s" % (resets, err[-4000:]))
             starts = job.starts()
             check([s[1] for s in starts] == [2, 4], "2 ranks, then 4: %s" % starts)
-            commits = job.commits()
-            # The grow happens at a commit: the new launch starts from the last one made.
-            check(starts[1][2] == max(c for c in commits if c <= starts[1][2]),
-                  "resumed from the commit the ranks ended at: %s %s" % (starts, commits))
+            # The grow happens at a commit: the new launch starts from the last one the first
+            # launch made, none lost.
+            before = job.commits(before=starts[1][0])
+            check(before and starts[1][2] == max(before),
+                  "resumed from the last commit before the relaunch: %s %s" % (starts, before))
             got, res = job.weights()
             check(len(res["ranks"]) == 4, "4 ranks report: %s" % res["ranks"])
             same_weights(got, ref)
