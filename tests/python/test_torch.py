@@ -11,6 +11,11 @@ hvd-rsh, hvd-exec; label python, torch):
   training_parity    an MLP on scikit-learn's bundled digits with DistributedOptimizer on 1,
                      2 and 4 ranks at the same global batch: the final parameters are equal
                      within float tolerance, and the test accuracy is at least 0.95
+  optimizer_backward_passes, optimizer_fp16, optimizer_sum, optimizer_predivide
+                     DistributedOptimizer with backward_passes_per_step=2, Compression.fp16,
+                     op=Sum and gradient_predivide_factor=2.0 on 2 ranks: the weights of a
+                     Linear(4, 1) after 2 steps equal plain SGD on the reduced gradients
+                     computed here (fp16: within its tolerance)
   horovod_script     examples/python/train_digits.py, a Horovod training script but for
                      its import line, runs as a program under hvd-driver (as under
                      horovodrun) and learns
@@ -93,6 +98,28 @@ def test_training_parity():
                 check(torch.allclose(a, b, rtol=1e-7, atol=1e-9),
                       "%d ranks, rank %d: parameter %d differs from 1 rank by %.3g" %
                       (n, r, i, (a - b).abs().max().item()))
+
+
+def optimizer_option_on_2(option):
+    import torch_cases
+    bad = [f for per_rank in job(torch_cases.optimizer_option, 2, option) for f in per_rank]
+    check(not bad, "\n  ".join(bad))
+
+
+def test_optimizer_backward_passes():
+    optimizer_option_on_2("backward_passes")
+
+
+def test_optimizer_fp16():
+    optimizer_option_on_2("fp16")
+
+
+def test_optimizer_sum():
+    optimizer_option_on_2("sum")
+
+
+def test_optimizer_predivide():
+    optimizer_option_on_2("predivide")
 
 
 def test_horovod_script():

@@ -206,5 +206,65 @@ def train_digits(steps=150, global_batch=64, lr=0.1):
     return [p.tolist() for p in params], acc
 
 
+def optimizer_option(option, steps=2, lr=0.5):
+    """One DistributedOptimizer option on a Linear(4, 1, bias=False) with the loss sum(model(x)),
+    whose gradient is the sum of x's rows whatever the weights: the weights after `steps` steps
+    are checked against plain SGD on the reduced gradients computed here from every rank's
+    inputs. option: "backward_passes" (backward_passes_per_step=2, two passes per step),
+    "fp16" (Compression.fp16), "sum" (op=Sum), "predivide" (gradient_predivide_factor=2.0)."""
+    import torch
+
+    import hvd_bridge.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    passes = 2 if option == "backward_passes" else 1
+    kwargs = {"backward_passes": {"backward_passes_per_step": 2},
+              "fp16": {"compression": hvd.Compression.fp16},
+              "sum": {"op": hvd.Sum},
+              "predivide": {"gradient_predivide_factor": 2.0}}[option]
+    # fp16 compression: float32 and values that fp16 rounds; else float64 and exact values.
+    dtype = torch.float32 if option == "fp16" else torch.float64
+
+    def x(rank, step, p):  # the batch of rank `rank` in pass p of step `step`: 2 rows of 4
+        base = torch.arange(8, dtype=torch.float64).reshape(2, 4)
+        t = base + 1 + rank * 3 + step * 5 + p * 7
+        if option == "fp16":
+            t = t / 3.0
+        return t.to(dtype)
+
+    model = torch.nn.Linear(4, 1, bias=False).to(dtype)
+    w0 = torch.tensor([[0.25, -0.5, 0.75, 1.0]], dtype=dtype)
+    with torch.no_grad():
+        model.weight.copy_(w0)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), **kwargs)
+    for step in range(steps):
+        opt.zero_grad()
+        for p in range(passes):
+            model(x(r, step, p)).sum().backward()
+        opt.step()
+    want = w0.to(torch.float64).clone()
+    for step in range(steps):
+        # per rank: the gradient accumulated over the passes; then summed or averaged
+        grads = [sum(x(k, step, p).to(torch.float64).sum(0) for p in range(passes))
+                 for k in range(n)]
+        g = sum(grads)
+        if option != "sum":
+            g = g / n
+        want -= lr * g.reshape(1, 4)
+    got = model.weight.detach().to(torch.float64)
+    bad = []
+    if option == "fp16":
+        ok = torch.allclose(got, want, rtol=2e-3, atol=0)
+    else:
+        ok = torch.equal(got, want)
+    if not ok:
+        bad.append("rank %d %s: weights %s, want %s" % (r, option, got.tolist(), want.tolist()))
+    if model.weight.grad.dtype != dtype:
+        bad.append("rank %d %s: gradient dtype %s" % (r, option, model.weight.grad.dtype))
+    hvd.shutdown()
+    return bad
+
+
 def rank_env():
     return {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
