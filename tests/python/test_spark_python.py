@@ -16,7 +16,8 @@ with its traceback; a job after that failure runs as usual; on the standalone cl
 rank gets its task's Spark GPU (CUDA_VISIBLE_DEVICES, HVD_GPUS); on the local cluster, an MLP trained
 with hvd_bridge.torch's DistributedOptimizer on 1, 2 and 4 ranks reaches the same parameters
 and at least 0.95 test accuracy. After each application nothing of
-it is left running (its processes carry a marker) and nothing is left in its TMPDIR.
+it is left running (its processes carry a marker) and nothing is left in its TMPDIR or in
+/dev/shm (the shared-memory directories its MPI processes were given).
 
 Exits 77 (skip) when Java, pyspark, cloudpickle or mpirun is missing, or under a sanitizer
 build.
@@ -49,6 +50,7 @@ class App:
         self.tmp = os.path.join(self.work, "tmp")
         os.makedirs(self.tmp)
         self.marker = "pyspark-" + uuid.uuid4().hex[:12]
+        self.shm = None  # the /dev/shm directories the application's MPI processes were given
         self.env = hvdtest.marked_env(None, **{hvdtest.MARKER_VAR: self.marker})
         self.env.update(SPARK_HOME=self.home, SPARK_LOCAL_IP="127.0.0.1", TMPDIR=self.tmp,
                         PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
@@ -65,6 +67,7 @@ class App:
 
     def run(self, master, extra_confs=(), timeout=420):
         cmd = [sys.executable, os.path.join(HERE, "spark_app.py"), master, str(NUM_PROC)]
+        self.shm = self.shm or hvdtest.ShmWatch(self.marker, var=hvdtest.MARKER_VAR)
         rc, out, err, secs = hvdtest.run(cmd + self.confs() + list(extra_confs), env=self.env,
                                         cwd=self.work, timeout=timeout, new_session=True)
         cases = {}
@@ -76,12 +79,16 @@ class App:
 
     def finish(self, output):
         left = hvdtest.leftovers(self.marker, 30, var=hvdtest.MARKER_VAR)
+        shm = self.shm.left() if self.shm else []
         # Spark's and torch's own scratch (torch.compile's cache) are theirs to keep.
         files = [f for f in os.listdir(self.tmp)
                  if not f.startswith(("spark-", "blockmgr-", "torchinductor_"))]
         shutil.rmtree(self.work, ignore_errors=True)
         check(not left, "processes of the application left behind:\n  " + "\n  ".join(left))
         check(not files, "files left in the application's TMPDIR: %s" % files)
+        check(self.shm and self.shm.seen, "no /dev/shm directory of the application's MPI processes "
+              "was seen, so what it left there could not be checked")
+        check(not shm, "left in /dev/shm: %s" % shm)
 
 
 def check_cases(rc, cases, output):
