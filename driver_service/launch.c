@@ -86,7 +86,7 @@ static void mca(hvd_strb *a, const char *opt, const char *name, const char *valu
 
 /* An environment variable for the ranks: Open MPI's -x NAME=VALUE, Hydra's -genv NAME VALUE. */
 void launch_rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char *fmt, ...) {
-    char value[512];
+    char value[4096];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(value, sizeof value, fmt, ap);
@@ -236,6 +236,30 @@ void hvd_launch_parts_free(hvd_launch_parts *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* cfg->rank_env appended to the parts' args, in this MPI's words. Returns 0, or -1 with err. */
+static int add_rank_env(hvd_launch_parts *p, const char *const *env, hvd_err *err) {
+    if (!env || !env[0]) return 0;
+    hvd_strb b = {0};
+    for (size_t i = 0; p->args && p->args[i]; i++)
+        hvd_strb_add(&b, p->args[i]);
+    for (size_t i = 0; env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        if (!eq || eq == env[i]) {
+            hvd_strb_free(&b);
+            return hvd_err_set(err, HVD_E_INVALID, "rank environment \"%s\" is not NAME=VALUE",
+                               env[i]);
+        }
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - env[i]), env[i]);
+        launch_rank_env(&b, p->mpi, name, "%s", eq + 1);
+    }
+    char **v = hvd_strb_finish(&b);
+    if (!v) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory building the mpirun command");
+    hvd_strv_free(p->args);
+    p->args = v;
+    return 0;
+}
+
 int hvd_launch_parts_make(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
                           hvd_launch_parts *out, hvd_err *err) {
     memset(out, 0, sizeof *out);
@@ -261,6 +285,10 @@ int hvd_launch_parts_make(hvd_driver *d, const hvd_launch_config *cfg, char *con
     if (failed || !out->args || !out->agent || !out->ifaces || !out->env) {
         hvd_launch_parts_free(out);
         return hvd_err_set(err, HVD_E_INTERNAL, "out of memory building the mpirun command");
+    }
+    if (add_rank_env(out, cfg->rank_env, err) != 0) {
+        hvd_launch_parts_free(out);
+        return -1;
     }
     if (d) hvd_driver_set_mpi(d, out->mpi); /* its failure sentences name this MPI's daemon */
     return 0;

@@ -11,35 +11,43 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "common/strv.h"
 #include "hvd/driver.h"
 #include "hvd/launch.h"
 
+/* horovodrun's tunable flags hvd-driver takes (launcher_elastic_opts.c). */
+#define LAUNCH_TUNABLES 8
+
 typedef struct launch_opts {
-    bool serve;               /* `serve` instead of `run` */
-    int np;                   /* number of tasks = ranks */
-    int local_hosts;          /* --local H: start N local tasks on H fake hosts; 0: none */
-    bool fake_hostnames;      /* --local: each fake host's tasks in a UTS namespace named after
-                                 it (Open MPI 5 over several fake hosts; needs root) */
-    int timeout_s;            /* --timeout: whole job (0: none) */
-    int start_timeout_s;      /* --start-timeout: registration and command start */
-    int net_timeout_s;        /* --net-timeout (HVD_NET_TIMEOUT): a task service silent this
-                                 long is lost (network partition) */
-    const char *results_json; /* --results-json FILE */
-    const char *env_file;     /* serve: --env-file FILE */
-    int jobs;                 /* serve: --jobs N, jobs one after another over the same tasks
-                                 (0: until interrupted; default 1) */
-    bool many_commands;       /* the task services run one command after another (hvd-task
-                                 --elastic): an elastic job, or serve with --jobs other than 1 */
-    hvd_mpi_impl mpi;         /* --mpi: whose launcher (HVD_MPI_AUTO: ask it) */
-    const char *mpirun;       /* --mpirun PATH: the launcher (NULL: mpirun in PATH) */
-    const char **mpi_args;    /* --mpi-arg, in order, NULL-terminated */
-    size_t n_mpi_args;
-    const char *nics;      /* --nics a,b: fixed interfaces (no probing) */
-    const char *bind;      /* --bind ADDR|IFACE: where the driver and local tasks listen */
-    const char *entry;     /* --entry LIB.so:SYMBOL */
-    const char *entry_arg; /* --entry-arg STR */
-    char **command;        /* -- COMMAND ARGS... (NULL-terminated) */
-    const char *payload;   /* --payload FILE: the command's payload (an ARGV_IO entry point) */
+    bool serve;                  /* `serve` instead of `run` */
+    int np;                      /* number of tasks = ranks */
+    int local_hosts;             /* --local H: start N local tasks on H fake hosts; 0: none */
+    bool fake_hostnames;         /* --local: each fake host's tasks in a UTS namespace named after
+                                    it (Open MPI 5 over several fake hosts; needs root) */
+    int timeout_s;               /* --timeout: whole job (0: none) */
+    int start_timeout_s;         /* --start-timeout: registration and command start */
+    int net_timeout_s;           /* --net-timeout (HVD_NET_TIMEOUT): a task service silent this
+                                    long is lost (network partition) */
+    const char *results_json;    /* --results-json FILE */
+    const char *env_file;        /* serve: --env-file FILE */
+    int jobs;                    /* serve: --jobs N, jobs one after another over the same tasks
+                                    (0: until interrupted; default 1) */
+    bool many_commands;          /* the task services run one command after another (hvd-task
+                                    --elastic): an elastic job, or serve with --jobs other than 1 */
+    hvd_mpi_impl mpi;            /* --mpi: whose launcher (HVD_MPI_AUTO: ask it) */
+    const char *mpirun;          /* --mpirun PATH: the launcher (NULL: mpirun in PATH) */
+    hvd_strb mpi_argb;           /* mpirun's extra words: --mpi-arg, --mpi-args, --output-filename,
+                                    in order (owned) */
+    const char *const *mpi_args; /* mpi_argb's words, NULL-terminated, once parsed */
+    hvd_strb rank_envb;          /* "NAME=VALUE" for every rank: horovodrun's tunables such as
+                                    --fusion-threshold-mb (owned) */
+    const char *const *rank_env; /* rank_envb's strings, NULL-terminated, once parsed */
+    const char *nics;            /* --nics a,b: fixed interfaces (no probing) */
+    const char *bind;            /* --bind ADDR|IFACE: where the driver and local tasks listen */
+    const char *entry;           /* --entry LIB.so:SYMBOL */
+    const char *entry_arg;       /* --entry-arg STR */
+    char **command;              /* -- COMMAND ARGS... (NULL-terminated) */
+    const char *payload; /* --payload FILE: the command's payload (an ARGV_IO entry point) */
     bool verbose;
     bool quiet;                  /* --quiet: no results table, only a failure line */
     const char *ssh_hosts;       /* --ssh-hosts h1:slots,...: start the tasks there over ssh */
@@ -64,6 +72,8 @@ typedef struct launch_opts {
     char *hosts_buf;                    /* the -H list read from --hostfile (owned) */
     const char *output_dir;             /* --output-filename DIR */
     char *output_arg;                   /* ... absolute, for mpirun (owned) */
+    char *tunables[LAUNCH_TUNABLES];    /* horovodrun's tunables given (--fusion-threshold-mb,
+                                           ...), each "HOROVOD_X=VALUE" (owned), for rank_env */
 } launch_opts;
 
 /* ---- launcher_opts.c ---- */

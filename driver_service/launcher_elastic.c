@@ -110,6 +110,7 @@ int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, const laun
                             .mpi = o->mpi,
                             .mpirun = o->mpirun,
                             .mpi_args = o->mpi_args,
+                            .rank_env = o->rank_env,
                             .timeout_s = o->timeout_s,
                             .start_timeout_ms = o->start_timeout_s * 1000,
                             .stop = watch_stop_flag(),

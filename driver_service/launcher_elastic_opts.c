@@ -1,11 +1,13 @@
 /* hvd-driver's options for elastic jobs (Horovod's --min-np, --max-np,
  * --host-discovery-script, --slots, --reset-limit, --elastic-timeout,
- * --blacklist-cooldown-range) and horovodrun's host flags (-H/--hosts, --hostfile, -p,
- * --network-interfaces, --output-filename), kept apart from launcher_opts.c, which calls in
- * here for the options it does not know. */
+ * --blacklist-cooldown-range), horovodrun's host flags (-H/--hosts, --hostfile, -p,
+ * --network-interfaces, --output-filename) and its tunables (--fusion-threshold-mb, ...: the
+ * ranks' HOROVOD_* variables), kept apart from launcher_opts.c, which calls in here for the
+ * options it does not know. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +23,13 @@ const char ELASTIC_USAGE[] =
     "hosts change, the job is reset (mpirun ended and started again over the hosts there are,\n"
     "between --min-np and --max-np ranks) and the ranks resume from their last commit\n"
     "(hvd_elastic_commit, or hvd_bridge.torch.elastic). Each reset is one line.\n"
-    "  --min-np N          fewest ranks (default -np); elastic when given\n"
-    "  --max-np N          most ranks (default: every usable slot)\n"
+    "  --min-np N          fewest ranks (default -np); elastic when given (or --min-num-proc)\n"
+    "  --max-np N          most ranks (default: every usable slot) (or --max-num-proc)\n"
     "  --host-discovery-script S\n"
     "                      run S every second; its lines host[:slots] are the usable hosts.\n"
     "                      With --local, the hosts it names are fake hosts started here\n"
-    "  --slots K           slots of a discovered host that names none (default 1)\n"
+    "  --slots K           slots of a discovered host that names none (default 1) (or\n"
+    "                      --slots-per-host)\n"
     "  --reset-limit R     end the job after more than R resets (default: no limit)\n"
     "  --elastic-timeout T end the job when fewer than --min-np slots were usable for T\n"
     "                      seconds (default 600, or HOROVOD_ELASTIC_TIMEOUT)\n"
@@ -38,13 +41,25 @@ const char ELASTIC_USAGE[] =
     "\n"
     "horovodrun's host flags (a horovodrun command line runs as hvd-driver run):\n"
     "  -H, --hosts LIST    host:slots,...: ssh hosts, as --ssh-hosts; \"localhost:N\" (or this\n"
-    "                      machine's name) runs N local task services, as --local 1\n"
+    "                      machine's name) runs N local task services, as --local 1 (and\n"
+    "                      -p, -i are ignored: no ssh)\n"
     "  --hostfile F        the hosts from F, one \"host slots=N\" per line\n"
     "  -p, --ssh-port P    as --ssh-port\n"
     "  --network-interfaces a,b  as --nics\n"
     "  --output-filename DIR     each rank's output in DIR/1/rank.R/stdout and stderr\n"
     "                            (mpirun's --output-filename)\n"
-    "  COMMAND ARGS        the command may follow the options without --\n";
+    "  --mpi-args \"A B\"    mpirun's extra words, split at spaces (as --mpi-arg A --mpi-arg B)\n"
+    "  --disable-cache     accepted; hvd-driver caches no checks\n"
+    "  COMMAND ARGS        the command may follow the options without --\n"
+    "\n"
+    "horovodrun's tunables: the HOROVOD_* variable each sets for every rank (docs/runtime.md)\n"
+    "  --fusion-threshold-mb MB            HOROVOD_FUSION_THRESHOLD (bytes), default 128\n"
+    "  --cycle-time-ms MS                  HOROVOD_CYCLE_TIME, default 1\n"
+    "  --cache-capacity N                  HOROVOD_CACHE_CAPACITY, default 1024\n"
+    "  --timeline-filename FILE            HOROVOD_TIMELINE (rank 0 writes it; made absolute)\n"
+    "  --no-stall-check                    HOROVOD_STALL_CHECK_DISABLE=1\n"
+    "  --stall-check-warning-time-seconds S    HOROVOD_STALL_CHECK_TIME_SECONDS, default 60\n"
+    "  --stall-check-shutdown-time-seconds S   HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, default 0\n";
 
 enum {
     OPT_MIN_NP = 2000,
@@ -59,13 +74,37 @@ enum {
     OPT_PORT,
     OPT_NETWORK_INTERFACES,
     OPT_OUTPUT_FILENAME,
+    OPT_MPI_ARGS,
+    OPT_DISABLE_CACHE,
+    OPT_TUNABLE, /* OPT_TUNABLE + i: TUNABLES[i] */
+};
+
+/* horovodrun's tunables: each sets one variable of the runtime's (runtime/config.c) for every
+ * rank. MB: a whole number of MiB given in bytes; NUM: a number of at most max; PATH: made
+ * absolute (the ranks run in their task's directory); FLAG: no value, sets 1. */
+typedef enum { TUNE_MB, TUNE_NUM, TUNE_PATH, TUNE_FLAG } tune_kind;
+static const struct {
+    const char *opt, *env;
+    tune_kind kind;
+    double max;
+} TUNABLES[LAUNCH_TUNABLES] = {
+    {"fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD", TUNE_MB, 1 << 20},
+    {"cycle-time-ms", "HOROVOD_CYCLE_TIME", TUNE_NUM, 1e4},
+    {"cache-capacity", "HOROVOD_CACHE_CAPACITY", TUNE_NUM, 1 << 20},
+    {"timeline-filename", "HOROVOD_TIMELINE", TUNE_PATH, 0},
+    {"no-stall-check", "HOROVOD_STALL_CHECK_DISABLE", TUNE_FLAG, 0},
+    {"stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS", TUNE_NUM, 1e6},
+    {"stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", TUNE_NUM, 1e6},
 };
 
 const struct option ELASTIC_LONG_OPTS[] = {
     {"min-np", required_argument, NULL, OPT_MIN_NP},
+    {"min-num-proc", required_argument, NULL, OPT_MIN_NP},
     {"max-np", required_argument, NULL, OPT_MAX_NP},
+    {"max-num-proc", required_argument, NULL, OPT_MAX_NP},
     {"host-discovery-script", required_argument, NULL, OPT_DISCOVERY},
     {"slots", required_argument, NULL, OPT_SLOTS},
+    {"slots-per-host", required_argument, NULL, OPT_SLOTS},
     {"reset-limit", required_argument, NULL, OPT_RESET_LIMIT},
     {"elastic-timeout", required_argument, NULL, OPT_ELASTIC_TIMEOUT},
     {"blacklist-cooldown-range", required_argument, NULL, OPT_COOLDOWN},
@@ -76,6 +115,15 @@ const struct option ELASTIC_LONG_OPTS[] = {
     {"network-interfaces", required_argument, NULL, OPT_NETWORK_INTERFACES},
     {"network-interface", required_argument, NULL, OPT_NETWORK_INTERFACES},
     {"output-filename", required_argument, NULL, OPT_OUTPUT_FILENAME},
+    {"mpi-args", required_argument, NULL, OPT_MPI_ARGS},
+    {"disable-cache", no_argument, NULL, OPT_DISABLE_CACHE},
+    {"fusion-threshold-mb", required_argument, NULL, OPT_TUNABLE + 0},
+    {"cycle-time-ms", required_argument, NULL, OPT_TUNABLE + 1},
+    {"cache-capacity", required_argument, NULL, OPT_TUNABLE + 2},
+    {"timeline-filename", required_argument, NULL, OPT_TUNABLE + 3},
+    {"no-stall-check", no_argument, NULL, OPT_TUNABLE + 4},
+    {"stall-check-warning-time-seconds", required_argument, NULL, OPT_TUNABLE + 5},
+    {"stall-check-shutdown-time-seconds", required_argument, NULL, OPT_TUNABLE + 6},
     {NULL, 0, NULL, 0},
 };
 
@@ -102,7 +150,75 @@ static int cooldown(const char *v, int argc, char **argv, launch_opts *o) {
     return 0;
 }
 
+/* path made absolute against the current directory (malloc'd), or NULL. */
+static char *absolute(const char *path) {
+    if (path[0] == '/') return strdup(path);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return NULL;
+    size_t n = strlen(cwd) + strlen(path) + 2;
+    char *abs = malloc(n);
+    if (abs) snprintf(abs, n, "%s/%s", cwd, path);
+    return abs;
+}
+
+/* "NAME=..." printf-style, malloc'd; NULL on out of memory. */
+static char *env_entry(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *env_entry(const char *fmt, ...) {
+    char buf[PATH_MAX + 128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return strdup(buf);
+}
+
+/* A tunable's value, checked, as its HOROVOD_* variable in o->tunables (a repeated flag: the
+ * last one). Returns 0, or the exit status. */
+static int tunable(int i, const char *v, launch_opts *o) {
+    char opt[64], *entry = NULL;
+    snprintf(opt, sizeof opt, "--%s", TUNABLES[i].opt);
+    if (TUNABLES[i].kind == TUNE_MB) {
+        int mb;
+        if (launch_opts_number(opt, v, 0, (int)TUNABLES[i].max, &mb)) return 2;
+        entry = env_entry("%s=%lld", TUNABLES[i].env, (long long)mb << 20);
+    } else if (TUNABLES[i].kind == TUNE_NUM) {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !(x >= 0 && x <= TUNABLES[i].max)) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s must be a number between 0 and %g, not \"%.40s\"", opt,
+                     TUNABLES[i].max, v);
+            return launch_opts_usage_error(msg);
+        }
+        entry = env_entry("%s=%s", TUNABLES[i].env, v);
+    } else if (TUNABLES[i].kind == TUNE_PATH) {
+        char *abs = *v ? absolute(v) : NULL;
+        if (!*v) return launch_opts_usage_error("--timeline-filename needs a file name");
+        entry = abs ? env_entry("%s=%s", TUNABLES[i].env, abs) : NULL;
+        free(abs);
+    } else {
+        entry = env_entry("%s=1", TUNABLES[i].env);
+    }
+    if (!entry) return launch_opts_usage_error("out of memory");
+    free(o->tunables[i]);
+    o->tunables[i] = entry;
+    return 0;
+}
+
+/* --mpi-args "A B": its words, split at spaces, as mpirun's extra words. */
+static int mpi_words(const char *v, launch_opts *o) {
+    char **words = hvd_strv_split(v, ' ');
+    if (!words) return launch_opts_usage_error("out of memory");
+    for (size_t i = 0; words[i]; i++)
+        hvd_strb_add(&o->mpi_argb, words[i]);
+    hvd_strv_free(words);
+    return 0;
+}
+
 int elastic_opts_take(int c, const char *v, int argc, char **argv, launch_opts *o) {
+    if (c >= OPT_TUNABLE && c < OPT_TUNABLE + LAUNCH_TUNABLES && TUNABLES[c - OPT_TUNABLE].opt)
+        return tunable(c - OPT_TUNABLE, v, o);
     switch (c) {
     case OPT_MIN_NP:
         o->elastic = true;
@@ -135,6 +251,10 @@ int elastic_opts_take(int c, const char *v, int argc, char **argv, launch_opts *
         return 0;
     case OPT_OUTPUT_FILENAME:
         o->output_dir = v;
+        return 0;
+    case OPT_MPI_ARGS:
+        return mpi_words(v, o);
+    case OPT_DISABLE_CACHE: /* horovodrun caches its ssh and interface checks; nothing here */
         return 0;
     default: /* an option in a table without a case */
         return launch_opts_usage_error("an option is not handled (a bug in hvd-driver)");
@@ -198,6 +318,9 @@ static int take_hosts(launch_opts *o) {
     if (!strchr(o->hosts, ',') &&
         hvd_hostspec_parse(o->hosts, strlen(o->hosts), "slots", 1, 1 << 20, &hs, &err) == 0 &&
         is_this_machine(hs.host)) {
+        /* horovodrun uses no ssh for this machine: its -p and -i have nothing to do */
+        o->ssh_port = 0;
+        o->ssh_identity = NULL;
         o->local_hosts = 1;
         if (o->np == 0) o->np = hs.number > 0 ? (int)hs.number : 1;
         return 0;
@@ -210,18 +333,17 @@ static int take_hosts(launch_opts *o) {
  * runs in another directory than the user typed it in). */
 static int take_output(launch_opts *o) {
     if (!o->output_dir) return 0;
-    char *abs = o->output_dir[0] == '/' ? strdup(o->output_dir) : NULL;
-    if (!abs) {
-        char cwd[PATH_MAX];
-        if (!getcwd(cwd, sizeof cwd)) return launch_opts_usage_error("cannot get the directory");
-        size_t n = strlen(cwd) + strlen(o->output_dir) + 2;
-        if ((abs = malloc(n))) snprintf(abs, n, "%s/%s", cwd, o->output_dir);
-    }
-    if (!abs) return launch_opts_usage_error("out of memory");
-    o->output_arg = abs;
-    o->mpi_args[o->n_mpi_args++] = "--output-filename";
-    o->mpi_args[o->n_mpi_args++] = o->output_arg;
+    if (!(o->output_arg = absolute(o->output_dir)))
+        return launch_opts_usage_error("cannot make --output-filename an absolute path");
+    hvd_strb_add(&o->mpi_argb, "--output-filename");
+    hvd_strb_add(&o->mpi_argb, o->output_arg);
     return 0;
+}
+
+/* The tunables given, in the table's order, as the ranks' environment. */
+static void take_tunables(launch_opts *o) {
+    for (size_t i = 0; i < LAUNCH_TUNABLES; i++)
+        if (o->tunables[i]) hvd_strb_add(&o->rank_envb, o->tunables[i]);
 }
 
 /* ---- elastic ----------------------------------------------------------------------------- */
@@ -250,6 +372,7 @@ static int check_elastic(launch_opts *o) {
 int elastic_opts_finish(launch_opts *o) {
     int rc = take_hosts(o);
     if (rc == 0) rc = take_output(o);
+    if (rc == 0) take_tunables(o);
     if (rc == 0) rc = check_elastic(o);
     return rc;
 }
@@ -264,4 +387,8 @@ void elastic_opts_free(launch_opts *o) {
     free(o->hosts_buf);
     free(o->output_arg);
     o->hosts_buf = o->output_arg = NULL;
+    for (size_t i = 0; i < LAUNCH_TUNABLES; i++) {
+        free(o->tunables[i]);
+        o->tunables[i] = NULL;
+    }
 }

@@ -238,7 +238,8 @@ static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, con
                  ssh_tasks *ssh) {
     hvd_err err;
     char **ifaces = NULL, *hosts = NULL;
-    hvd_launch_config lc = {.np = o->np, .mpi = o->mpi, .mpirun = o->mpirun};
+    hvd_launch_config lc = {
+        .np = o->np, .mpi = o->mpi, .mpirun = o->mpirun, .rank_env = o->rank_env};
     hvd_launch_parts parts = {0};
     int rc = 1;
     if (hvd_driver_wait_registration(d, o->start_timeout_s * 1000, &err) != 0 ||
@@ -271,6 +272,7 @@ static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
                             .mpirun = o->mpirun,
                             .exec_bin_dir = exec_dir,
                             .mpi_args = o->mpi_args,
+                            .rank_env = o->rank_env,
                             .timeout_s = o->timeout_s,
                             .start_timeout_ms = o->start_timeout_s * 1000,
                             .stop = watch_stop_flag(),

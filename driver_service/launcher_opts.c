@@ -42,7 +42,7 @@ static const char USAGE[] =
     "  after another over the same task services, a table after each.\n"
     "\n"
     "Options:\n"
-    "  -np N               number of tasks, and of ranks (one rank per task); with\n"
+    "  -np, --num-proc N   number of tasks, and of ranks (one rank per task); with\n"
     "                      --ssh-hosts, the number of slots by default\n"
     "  --local H           start the N task services on this machine, on H fake hosts\n"
     "  --ssh-hosts LIST    start the task services over ssh: LIST is [user@]host[:slots],...\n"
@@ -51,7 +51,8 @@ static const char USAGE[] =
     "  --ssh-port P        ssh port (default 22)\n"
     "  --ssh-user U        login name (default: yours; user@host in LIST wins)\n"
     "  --ssh-identity F    private key file, tried after ssh-agent's keys (default\n"
-    "                      ~/.ssh/id_ed25519, id_ecdsa, id_rsa)\n"
+    "                      ~/.ssh/id_ed25519, id_ecdsa, id_rsa); also -i,\n"
+    "                      --ssh-identity-file\n"
     "  --ssh-known-hosts F known_hosts file (default ~/.ssh/known_hosts, and\n"
     "                      /etc/ssh/ssh_known_hosts); host keys are always checked\n"
     "  --ssh-accept-new    add unknown host keys to it (a changed key is still refused)\n"
@@ -136,6 +137,7 @@ enum {
 
 static const struct option LONG_OPTS[] = {
     {"np", required_argument, NULL, OPT_NP},
+    {"num-proc", required_argument, NULL, OPT_NP}, /* horovodrun's long name */
     {"local", required_argument, NULL, OPT_LOCAL},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"start-timeout", required_argument, NULL, OPT_START_TIMEOUT},
@@ -154,6 +156,8 @@ static const struct option LONG_OPTS[] = {
     {"ssh-port", required_argument, NULL, OPT_SSH_PORT},
     {"ssh-user", required_argument, NULL, OPT_SSH_USER},
     {"ssh-identity", required_argument, NULL, OPT_SSH_IDENTITY},
+    {"ssh-identity-file", required_argument, NULL, OPT_SSH_IDENTITY}, /* horovodrun's */
+    {"i", required_argument, NULL, OPT_SSH_IDENTITY},
     {"ssh-known-hosts", required_argument, NULL, OPT_SSH_KNOWN_HOSTS},
     {"ssh-accept-new", no_argument, NULL, OPT_SSH_ACCEPT_NEW},
     {"ssh-bin-dir", required_argument, NULL, OPT_SSH_BIN_DIR},
@@ -209,7 +213,7 @@ static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
     case OPT_SSH_PORT:
         return number("--ssh-port", v, 1, 65535, &o->ssh_port);
     case OPT_MPI_ARG:
-        o->mpi_args[o->n_mpi_args++] = v;
+        hvd_strb_add(&o->mpi_argb, v);
         return 0;
     case OPT_MPI:
         return hvd_mpi_impl_parse(v, &o->mpi) == 0
@@ -320,8 +324,6 @@ int launch_opts_parse(int argc, char **argv, launch_opts *o) {
         o->serve = true;
     else if (strcmp(argv[1], "run") != 0)
         return usage_error("the subcommand must be run or serve");
-    o->mpi_args = calloc((size_t)argc, sizeof *o->mpi_args);
-    if (!o->mpi_args) return usage_error("out of memory");
     int rc = defaults(o);
     /* After the subcommand; '+': stop at the first word that is no option (the command). */
     optind = 2;
@@ -352,12 +354,16 @@ int launch_opts_parse(int argc, char **argv, launch_opts *o) {
         return usage_error("-- must be followed by a command");
     }
     if ((rc = elastic_opts_finish(o)) != 0) return rc;
+    if (o->mpi_argb.failed || o->rank_envb.failed) return usage_error("out of memory");
+    o->mpi_args = (const char *const *)o->mpi_argb.v;
+    o->rank_env = (const char *const *)o->rank_envb.v;
     return check(o);
 }
 
 void launch_opts_free(launch_opts *o) {
-    free(o->mpi_args);
-    o->mpi_args = NULL;
+    hvd_strb_free(&o->mpi_argb);
+    hvd_strb_free(&o->rank_envb);
+    o->mpi_args = o->rank_env = NULL;
     elastic_opts_free(o);
 }
 

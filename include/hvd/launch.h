@@ -56,6 +56,8 @@ typedef struct hvd_launch_config {
     const char *bin_dir;          /* where hvd-rsh is; NULL: hvd_launch_bin_dir() */
     const char *exec_bin_dir;     /* where hvd-exec is on the executors; NULL: bin_dir */
     const char *const *mpi_args;  /* extra mpirun arguments (NULL-terminated), or NULL */
+    const char *const *rank_env;  /* "NAME=VALUE" for every rank (NULL-terminated), or NULL:
+                                     Open MPI's -x, Hydra's -genv, in the parts' args */
     const char *const *extra_env; /* "NAME=VALUE" added to mpirun's environment (NULL-
                                      terminated), or NULL; the job's HVD_SECRET and
                                      HVD_DRIVER_ADDRS are always added and win */

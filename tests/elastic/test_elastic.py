@@ -405,6 +405,49 @@ def test_horovodrun_flags():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_horovodrun_tunables():
+    """horovodrun's other names and tunables: --num-proc, -p and -i (ignored for this machine),
+    --mpi-args split into words, --disable-cache accepted; --fusion-threshold-mb,
+    --cycle-time-ms, --no-stall-check and --timeline-filename reach every rank as the
+    HOROVOD_* variables, and the runtime of a training job writes the timeline where the
+    user's relative path says. A value that is no number is refused in one line, and
+    --min-num-proc, --max-num-proc and --slots-per-host are the options they alias."""
+    mark = uuid.uuid4().hex
+    env = hvdtest.marked_env(mark, ARGS.bin)
+    driver = os.path.join(ARGS.bin, "hvd-driver")
+    with tempfile.TemporaryDirectory() as d:
+        common = ["run", "--num-proc", "2", "-H", "localhost:2", "-p", "2222", "-i",
+                  os.path.join(d, "no-such-key"), "--disable-cache", "--fusion-threshold-mb", "3",
+                  "--cycle-time-ms", "2.5", "--no-stall-check", "--timeline-filename", "tl.json"]
+        rc, so, se, _ = hvdtest.run(
+            [driver] + common + ["--mpi-args", "-x HVD_T1=one -x HVD_T2=two", "sh", "-c",
+                                 "echo vars $HOROVOD_FUSION_THRESHOLD $HOROVOD_CYCLE_TIME "
+                                 "$HOROVOD_STALL_CHECK_DISABLE $HOROVOD_TIMELINE $HVD_T1 $HVD_T2"],
+            env, cwd=d, timeout=JOB_LIMIT)
+        check(rc == 0, "the command failed (%d):\n%s\n%s" % (rc, so, se))
+        want = "vars 3145728 2.5 1 %s one two" % os.path.join(d, "tl.json")
+        check(so.count(want) == 2, "both ranks print %r:\n%s" % (want, so))
+        rc, so, se, _ = hvdtest.run(
+            [driver] + common + RANK_ASAN + ["--entry", ARGS.train_lib + ":hvd_example_train_sgd",
+                                             "--entry-arg", "epochs=2"],
+            env, cwd=d, timeout=JOB_LIMIT)
+        check(rc == 0, "the training job failed (%d):\n%s\n%s" % (rc, so, se))
+        with open(os.path.join(d, "tl.json"), encoding="utf-8") as f:
+            events = json.load(f)
+        names = {e.get("name") for e in events}
+        check("ALLREDUCE" in names and "NEGOTIATE_ALLREDUCE" in names,
+              "the timeline shows allreduces: %s" % sorted(map(str, names))[:20])
+        for args, says in ((["--cycle-time-ms", "1x"], "--cycle-time-ms must be a number"),
+                           (["--fusion-threshold-mb", "-1"], "--fusion-threshold-mb must be"),
+                           (["--min-num-proc", "3", "--max-num-proc", "2"],
+                            "--max-np must be at least --min-np"),
+                           (["--slots-per-host", "2"], "--max-np, --slots and --reset-limit go")):
+            rc, so, se, _ = hvdtest.run([driver, "run", "-np", "2", "--local", "1"] + args + ["true"],
+                                        env, cwd=d, timeout=JOB_LIMIT)
+            check(rc == 2 and says in se and se.count("\n") == 1, "%s: %d\n%s" % (args, rc, se))
+    hvdtest.assert_no_leftovers(mark)
+
+
 CASES = hvdtest.cases_in(globals())
 
 
