@@ -2,14 +2,15 @@
 """`pip install .` into a fresh virtual environment, then a job (label python): the package
 built from the repository by scikit-build-core carries the extension, hvd-driver, hvd-task,
 hvd-rsh and hvd-exec and the shared libraries, and hvd_bridge.run works from it with nothing
-else on the path (no PYTHONPATH, no build tree).
+else on the path (no PYTHONPATH, no build tree). When this interpreter has torch, the installed
+hvd_bridge.torch runs an allreduce on 2 ranks too (torch taken from this interpreter's
+site-packages, appended after the installed package: the fresh venv does not download it).
 
 Exits 77 (skip) when the venv module, mpirun or a C compiler is missing, or under a sanitizer
 build. Needs PyPI or pip's cache for cloudpickle and scikit-build-core.
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -31,6 +32,30 @@ for lib in ("libhvd_bridge.so", "libhvd_runtime.so"):
 print("RESULT", hvd_bridge.run(lambda x: (int(os.environ["RANK"]), x), args=("hi",), np=2))
 '''
 
+# Appended to JOB when torch is here: TORCH_SITE is where this interpreter has it.
+TORCH_JOB = r'''
+def torch_sum(site):
+    import sys
+    sys.path.append(site)
+    import torch
+    import hvd_bridge.torch as hvd
+    assert "build" not in hvd.__file__, hvd.__file__
+    hvd.init()
+    out = hvd.allreduce(torch.ones(3) * (hvd.rank() + 1), op=hvd.Sum, name="pip")
+    hvd.shutdown()
+    return out.tolist()
+print("TORCH", hvd_bridge.run(torch_sum, args=(TORCH_SITE,), np=2))
+'''
+
+
+def torch_site():
+    """The site-packages directory this interpreter has torch in, or None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return os.path.dirname(os.path.dirname(torch.__file__))
+
 
 def test_pip_install():
     work = tempfile.mkdtemp(prefix="hvd-pip-test.")
@@ -48,9 +73,16 @@ def test_pip_install():
             merge=True)
         check(rc == 0, "pip install . failed:\n%s" % out[-6000:])
         print("pip install . took %.0f s" % secs)
-        rc, out, err, _ = hvdtest.run([py, "-c", JOB], env=env, cwd=work, timeout=300)
+        site = torch_site()
+        job = JOB + ("TORCH_SITE = %r\n" % site + TORCH_JOB if site else "")
+        rc, out, err, _ = hvdtest.run([py, "-c", job], env=env, cwd=work, timeout=300)
         check(rc == 0 and "RESULT [(0, 'hi'), (1, 'hi')]" in out,
               "a job from the installed package: status %d\n%s\n%s" % (rc, out, err[-4000:]))
+        if site:
+            check("TORCH [[3.0, 3.0, 3.0], [3.0, 3.0, 3.0]]" in out,
+                  "hvd_bridge.torch from the installed package:\n%s\n%s" % (out, err[-4000:]))
+        else:
+            print("torch is not here: the installed hvd_bridge.torch was not run")
         hvdtest.assert_no_leftovers(mark, 15)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -16,6 +16,8 @@ hvd-rsh, hvd-exec; label python, torch):
                      op=Sum and gradient_predivide_factor=2.0 on 2 ranks: the weights of a
                      Linear(4, 1) after 2 steps equal plain SGD on the reduced gradients
                      computed here (fp16: within its tolerance)
+  timeline           HOROVOD_TIMELINE given through hvd_bridge.run(env=...): rank 0 writes a
+                     timeline with each named tensor's collective
   horovod_script     examples/python/train_digits.py, a Horovod training script but for
                      its import line, runs as a program under hvd-driver (as under
                      horovodrun) and learns
@@ -40,13 +42,14 @@ from hvdtest import Failure, Skip, check  # noqa: E402
 ARGS = None
 
 
-def job(fn, np_, *args, **kwargs):
-    """Runs fn on np_ ranks with a process mark; nothing of the job may be left."""
+def job(fn, np_, *args, _env=None, **kwargs):
+    """Runs fn on np_ ranks (with _env for them) and a process mark; nothing of the job may be
+    left."""
     import hvd_bridge
     mark = uuid.uuid4().hex
     os.environ[hvdtest.MARK_VAR] = mark
     try:
-        return hvd_bridge.run(fn, args=args, kwargs=kwargs, np=np_, stdout=sys.stdout,
+        return hvd_bridge.run(fn, args=args, kwargs=kwargs, np=np_, env=_env, stdout=sys.stdout,
                               stderr=sys.stderr)
     except hvd_bridge.JobError as e:
         raise Failure("the job failed: %s" % e) from e
@@ -120,6 +123,27 @@ def test_optimizer_sum():
 
 def test_optimizer_predivide():
     optimizer_option_on_2("predivide")
+
+
+def test_timeline():
+    """HOROVOD_TIMELINE given to hvd_bridge.run(env=...) for a job of hvd_bridge.torch
+    collectives: rank 0 writes a Chrome-trace JSON array with a row per named tensor and the
+    collective each one ran (the knob reaches the runtime from Python, as horovod.torch's)."""
+    import json
+    import torch_cases
+    path = os.path.join(tempfile.mkdtemp(prefix="hvd-torch-timeline."), "timeline.json")
+    job(torch_cases.timeline_steps, 2, _env={"HOROVOD_TIMELINE": path})
+    check(os.path.exists(path), "rank 0 wrote no timeline at %s" % path)
+    with open(path, encoding="utf-8") as f:
+        events = json.load(f)
+    rows = {e["pid"]: e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e.get("name") == "process_name"}
+    seen = {(rows.get(e.get("pid")), e.get("name")) for e in events if e.get("ph") == "B"}
+    # Rows are named as in Horovod: the collective, a dot, the user's name.
+    for row, activity in (("allreduce.tl.ar", "ALLREDUCE"), ("allgather.tl.ag", "ALLGATHER"),
+                          ("broadcast.tl.bc", "BROADCAST")):
+        check((row, activity) in seen, "no %s span on row %s: %s" % (activity, row,
+                                                                     sorted(map(str, seen))))
 
 
 def test_horovod_script():

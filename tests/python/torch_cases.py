@@ -37,22 +37,21 @@ def collectives(device="cpu"):
         every = [_tensor(torch, dt, k) for k in range(n)]
         wide = [e.cpu().to(torch.float64) for e in every]
         total = sum(wide)
-        if dt not in ("uint8", "int8"):  # sums overflow the small types at 4 ranks
-            expect("allreduce sum %s" % dt, hvd.allreduce(mine, op=hvd.Sum, name="s." + dt),
-                   total.to(mine.dtype))
-            avg = total / n
-            if not mine.dtype.is_floating_point:
-                avg = torch.trunc(avg)
-            expect("allreduce average %s" % dt, hvd.allreduce(mine, name="a." + dt),
-                   avg.to(mine.dtype))
-            inplace = mine.clone()
-            hvd.allreduce_(inplace, op=hvd.Sum, name="i." + dt)
-            expect("allreduce_ %s" % dt, inplace, total.to(mine.dtype))
+        # Every value is at most 10 and a sum at most 34 at 4 ranks: exact in every dtype.
+        expect("allreduce sum %s" % dt, hvd.allreduce(mine, op=hvd.Sum, name="s." + dt),
+               total.to(mine.dtype))
+        expect("allreduce average %s" % dt, hvd.allreduce(mine, name="a." + dt),
+               _average(torch, total, n, mine.dtype))
+        inplace = mine.clone()
+        hvd.allreduce_(inplace, op=hvd.Sum, name="i." + dt)
+        expect("allreduce_ %s" % dt, inplace, total.to(mine.dtype))
         expect("allreduce min %s" % dt, hvd.allreduce(mine, op=hvd.Min, name="mn." + dt),
                torch.stack(wide).min(0).values.to(mine.dtype))
         expect("allreduce max %s" % dt, hvd.allreduce(mine, op=hvd.Max, name="mx." + dt),
                torch.stack(wide).max(0).values.to(mine.dtype))
-        if dt in ("float32", "float64", "int64"):
+        # Products reach 1680 at 4 ranks (5*6*7*8): past the 8-bit types, and every partial
+        # product is exact in float16 and bfloat16 (at most 7 significant bits).
+        if dt not in ("uint8", "int8"):
             prod = wide[0].clone()
             for w in wide[1:]:
                 prod *= w
@@ -72,15 +71,22 @@ def collectives(device="cpu"):
         src = [_tensor(torch, dt, k, n=n * 3, shape=(n, 3)) for k in range(n)]
         expect("alltoall %s" % dt, hvd.alltoall(src[r], name="t." + dt),
                torch.stack([src[k][r] for k in range(n)]))
-    # reducescatter of 2n+1 rows: the first rank gets one more
-    rs = [_tensor(torch, "float32", k, n=(2 * n + 1) * 2, shape=(2 * n + 1, 2)) for k in range(n)]
-    full = sum(rs)
-    counts = [(2 * n + 1) // n + (1 if k < (2 * n + 1) % n else 0) for k in range(n)]
-    start = sum(counts[:r])
-    expect("reducescatter sum", hvd.reducescatter(rs[r], op=hvd.Sum, name="rs"),
-           full[start:start + counts[r]])
-    expect("reducescatter average", hvd.reducescatter(rs[r], name="rsa"),
-           (full / n)[start:start + counts[r]])
+        # reducescatter of 2n+1 rows: the first rank gets one more
+        rs = [_tensor(torch, dt, k, n=(2 * n + 1) * 2, shape=(2 * n + 1, 2)) for k in range(n)]
+        full = sum(x.cpu().to(torch.float64) for x in rs)
+        counts = [(2 * n + 1) // n + (1 if k < (2 * n + 1) % n else 0) for k in range(n)]
+        start = sum(counts[:r])
+        expect("reducescatter sum %s" % dt, hvd.reducescatter(rs[r], op=hvd.Sum, name="rs." + dt),
+               full[start:start + counts[r]].to(mine.dtype))
+        expect("reducescatter average %s" % dt, hvd.reducescatter(rs[r], name="rsa." + dt),
+               _average(torch, full, n, mine.dtype)[start:start + counts[r]])
+        # grouped: two tensors of this dtype in one call
+        other = _tensor(torch, dt, r, n=3, shape=(3, 1))
+        outs = hvd.grouped_allreduce([mine, other], op=hvd.Sum, name="grp." + dt)
+        expect("grouped 0 %s" % dt, outs[0], total.to(mine.dtype))
+        expect("grouped 1 %s" % dt, outs[1],
+               sum(_tensor(torch, dt, k, n=3, shape=(3, 1)).cpu().to(torch.float64)
+                   for k in range(n)).to(mine.dtype))
     # alltoall with uneven splits: rank k sends j+1 rows to rank j
     send = torch.arange(sum(j + 1 for j in range(n)), dtype=torch.int32) + 100 * r
     got, received = hvd.alltoall(send, splits=[j + 1 for j in range(n)], name="tu")
@@ -108,10 +114,11 @@ def collectives(device="cpu"):
     while not hvd.poll(h):
         pass
     expect("poll then synchronize", hvd.synchronize(h), torch.ones(1))
-    # grouped
-    outs = hvd.grouped_allreduce([torch.ones(2), torch.ones(3) * 2], op=hvd.Sum, name="grp")
-    expect("grouped 0", outs[0], torch.ones(2) * n)
-    expect("grouped 1", outs[1], torch.ones(3) * 2 * n)
+    # grouped, average, async
+    h = hvd.grouped_allreduce_async([torch.ones(2), torch.ones(3) * 2], name="grpa")
+    outs = hvd.synchronize(h)
+    expect("grouped async 0", outs[0], torch.ones(2))
+    expect("grouped async 1", outs[1], torch.ones(3) * 2)
     # objects, barrier, join
     if hvd.broadcast_object({"from": r}, root_rank=n - 1) != {"from": n - 1}:
         bad.append("broadcast_object")
@@ -124,6 +131,14 @@ def collectives(device="cpu"):
     bad += _autograd(torch, hvd, r, n)
     hvd.shutdown()
     return bad
+
+
+def _average(torch, total, n, dtype):
+    """The average of a float64 sum of n ranks in dtype: integers truncate, as in Horovod."""
+    avg = total / n
+    if not dtype.is_floating_point:
+        avg = torch.trunc(avg)
+    return avg.to(dtype)
 
 
 def _autograd(torch, hvd, r, n):
@@ -140,6 +155,19 @@ def _autograd(torch, hvd, r, n):
     if not torch.equal(z.grad, torch.full((r + 1, 2), 2.0, dtype=torch.float64)):
         bad.append("allgather gradient %s" % z.grad.tolist())
     return bad
+
+
+def timeline_steps():
+    """A few named collectives for test_timeline (HOROVOD_TIMELINE is set for the ranks)."""
+    import torch
+
+    import hvd_bridge.torch as hvd
+    hvd.init()
+    for _ in range(3):
+        hvd.allreduce(torch.ones(8), name="tl.ar")
+        hvd.allgather(torch.ones(2, 2), name="tl.ag")
+        hvd.broadcast(torch.ones(4), 0, name="tl.bc")
+    hvd.shutdown()
 
 
 def mismatch():
