@@ -201,11 +201,16 @@ static void say_launch(el_run *r, const char *hosts) {
              r->why, left[0] ? left : "none", came[0] ? came : "none", r->plan.n, hosts, commit);
 }
 
-/* mpirun's extra arguments for this launch: the user's, and the epoch for the ranks. */
+/* mpirun's extra arguments for this launch: the user's, its output directory, and the epoch
+ * for the ranks. */
 static char **launch_args(el_run *r) {
     hvd_strb b = {0};
     for (size_t i = 0; r->cfg->mpi_args && r->cfg->mpi_args[i]; i++)
         hvd_strb_add(&b, r->cfg->mpi_args[i]);
+    if (r->ec->output_dir) {
+        hvd_strb_add(&b, "--output-filename");
+        hvd_strb_addf(&b, "%s/launch.%llu", r->ec->output_dir, (unsigned long long)r->epoch);
+    }
     launch_rank_env(&b, r->parts.mpi, HVD_ELASTIC_EPOCH_ENV, "%llu", (unsigned long long)r->epoch);
     /* Horovod's marker, for scripts that look at it */
     launch_rank_env(&b, r->parts.mpi, "HOROVOD_ELASTIC", "1");

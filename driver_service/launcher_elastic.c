@@ -91,6 +91,7 @@ static hvd_elastic_config elastic_config(const launch_opts *o, elastic_job *j) {
                              .np = o->np,
                              .discovery_script = o->discovery_script,
                              .slots = o->slots,
+                             .output_dir = o->output_arg,
                              .reset_limit = o->reset_limit,
                              .elastic_timeout_s = o->elastic_timeout_s,
                              .cooldown_min_s = o->cooldown_min_s,

@@ -47,7 +47,8 @@ const char ELASTIC_USAGE[] =
     "  -p, --ssh-port P    as --ssh-port\n"
     "  --network-interfaces a,b  as --nics\n"
     "  --output-filename DIR     each rank's output in DIR/1/rank.R/stdout and stderr\n"
-    "                            (mpirun's --output-filename)\n"
+    "                            (mpirun's --output-filename); elastic jobs: launch E's in\n"
+    "                            DIR/launch.E/1/rank.R\n"
     "  --mpi-args \"A B\"    mpirun's extra words, split at spaces (as --mpi-arg A --mpi-arg B)\n"
     "  --disable-cache     accepted; hvd-driver caches no checks\n"
     "  COMMAND ARGS        the command may follow the options without --\n"
@@ -335,6 +336,7 @@ static int take_output(launch_opts *o) {
     if (!o->output_dir) return 0;
     if (!(o->output_arg = absolute(o->output_dir)))
         return launch_opts_usage_error("cannot make --output-filename an absolute path");
+    if (o->elastic) return 0; /* elastic_launch.c: a directory per launch */
     hvd_strb_add(&o->mpi_argb, "--output-filename");
     hvd_strb_add(&o->mpi_argb, o->output_arg);
     return 0;

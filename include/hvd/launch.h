@@ -155,6 +155,9 @@ typedef struct hvd_elastic_config {
                                      host H if its host hash is H, or H's first label and
                                      "-<md5>"); NULL: every registered task's host */
     int slots;                    /* slots of a listed host that names none; 0: 1 */
+    const char *output_dir;       /* or NULL: launch E's output in output_dir/launch.E (mpirun's
+                                     --output-filename: each mpirun would overwrite the files
+                                     of the launch before) */
     int reset_limit;              /* most resets; < 0: no limit */
     int elastic_timeout_s;        /* fewer than min_np usable slots for this long ends the job;
                                      0: HVD_ELASTIC_TIMEOUT_DEFAULT_S */

@@ -183,14 +183,15 @@ def test_kill_host():
 def test_grow():
     """A discovery script that adds a host mid-run: the job grows to it at the next commit
     (the ranks end with status 75, the driver relaunches over both hosts) and ends with the
-    weights of an undisturbed run."""
+    weights of an undisturbed run. With --output-filename each launch's ranks write their
+    output in a directory of the launch's own: the relaunch overwrites nothing."""
     with tempfile.TemporaryDirectory() as d:
         ref = reference(d)
         hosts = os.path.join(d, "hosts")
         with open(hosts, "w") as f:
             f.write("elgrowA:2\n")
         job = Job(d, ["--min-np", "2", "--max-np", "4", "--local", "1",
-                      "--host-discovery-script", "cat " + hosts],
+                      "--host-discovery-script", "cat " + hosts, "--output-filename", "out"],
                   sgd_arg(os.path.join(d, "train.log")))
         try:
             job.wait_commit(2, "the first launch committing")
@@ -212,6 +213,11 @@ def test_grow():
             got, res = job.weights()
             check(len(res["ranks"]) == 4, "4 ranks report: %s" % res["ranks"])
             same_weights(got, ref)
+            for launch, ranks in ((1, 2), (2, 4)):
+                where = os.path.join(d, "out", "launch.%d" % launch, "1")
+                found = sorted(os.listdir(where)) if os.path.isdir(where) else []
+                check(found == ["rank.%d" % r for r in range(ranks)],
+                      "launch %d's output in %s: %s" % (launch, where, found))
         finally:
             job.close()
 
