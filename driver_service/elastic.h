@@ -44,7 +44,8 @@ int el_discover(const char *script, int default_slots, hvd_elastic_host **out, s
                 hvd_err *err);
 
 /* Whether a task with host hash `hash` is on the host a discovery script calls `name`: the
- * same text, or the hash is name's first label followed by "-" and 32 hex digits. */
+ * same text; the name with every character outside [A-Za-z0-9_-] made '-' (hvd-driver --ssh
+ * gives its tasks that); or name's first label followed by "-" and 32 hex digits. */
 bool el_host_matches(const char *hash, const char *name);
 
 /* The entry of a host hash, added (seen now) if new. NULL on out of memory. */

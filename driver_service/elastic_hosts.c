@@ -127,8 +127,21 @@ static bool is_hex32(const char *s) {
     return i == 32;
 }
 
+/* Whether hash is name with every character outside [A-Za-z0-9_-] made '-' (the host hash
+ * hvd-driver --ssh gives a discovered host's tasks: "10.0.0.5" -> "10-0-0-5"). */
+static bool is_spelled(const char *hash, const char *name) {
+    size_t i = 0;
+    for (; name[i] && hash[i]; i++) {
+        char c = name[i];
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '_' || c == '-';
+        if (hash[i] != (plain ? c : '-')) return false;
+    }
+    return !name[i] && !hash[i];
+}
+
 bool el_host_matches(const char *hash, const char *name) {
-    if (strcmp(hash, name) == 0) return true;
+    if (strcmp(hash, name) == 0 || is_spelled(hash, name)) return true;
     size_t label = strcspn(name, ".");
     return label > 0 && strncmp(hash, name, label) == 0 && hash[label] == '-' &&
            is_hex32(hash + label + 1);

@@ -63,6 +63,8 @@ typedef struct launch_opts {
     bool elastic;                       /* --min-np, --max-np or --host-discovery-script given */
     int min_np, max_np;                 /* --min-np (default -np), --max-np (0: no limit) */
     const char *discovery_script;       /* --host-discovery-script */
+    bool ssh_discovered;                /* --ssh: task services over ssh on the hosts the
+                                           discovery script names */
     int slots;                          /* --slots: of a discovered host that names none (0: 1) */
     int reset_limit;                    /* --reset-limit (-1: none) */
     int elastic_timeout_s;              /* --elastic-timeout */
@@ -178,6 +180,16 @@ int ssh_hosts_check(launch_opts *o, hvd_err *err);
  * (nothing left started). */
 ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job_env, hvd_err *err);
 
+/* Elastic, with a discovery script and --ssh: the handle without hosts (ssh_tasks_add_host
+ * starts them). Returns it, or NULL with err. */
+ssh_tasks *ssh_tasks_open(const launch_opts *o, hvd_driver *d, char *const *job_env, hvd_err *err);
+/* Starts a session on host name ([user@]host) for n tasks, indices first..first+n-1, with the
+ * host hash of the name (every character but [A-Za-z0-9_-] made '-'). Returns the host's
+ * number for ssh_tasks_host_ended, or -1 with err. The launching thread only. */
+int ssh_tasks_add_host(ssh_tasks *st, const char *name, int first, int n, hvd_err *err);
+/* Whether that host's session ended (its tasks are gone). */
+bool ssh_tasks_host_ended(ssh_tasks *st, int host);
+
 /* Writes the hosts whose session has not started its tasks yet ("h1 (tasks 2-3), ...") into
  * buf; returns how many. NULL gives 0. Any thread. */
 size_t ssh_tasks_starting(ssh_tasks *st, char *buf, size_t cap);
@@ -197,10 +209,11 @@ int local_host_start(local_tasks *lt, const launch_opts *o, const launch_dir *di
 
 /* ---- launcher_elastic.c: an elastic run ---- */
 
-/* Runs the elastic job on the started driver; with --local and a discovery script, starts the
- * task services of the hosts the script names into lt. Returns the process exit status. */
-int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, const launch_dir *dir,
-                char *const *job_env);
+/* Runs the elastic job on the started driver; with a discovery script, starts the task
+ * services of the hosts it names: into lt with --local, over ssh (ssh, from ssh_tasks_open)
+ * with --ssh. Returns the process exit status. */
+int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks *ssh,
+                const launch_dir *dir, char *const *job_env);
 
 /* ---- launcher_report.c ---- */
 

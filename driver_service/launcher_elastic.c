@@ -1,6 +1,6 @@
 /* hvd-driver run's elastic jobs (docs/elastic.md): the options into hvd_launch_elastic (the
- * loop is libhvd_launch's, elastic_launch.c), the fake hosts a discovery script names with
- * --local, and the report at the end. */
+ * loop is libhvd_launch's, elastic_launch.c), the task services of the hosts a discovery
+ * script names (fake hosts with --local, ssh sessions with --ssh), and the report at the end. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,21 +9,23 @@
 #include "common/proc.h"
 #include "launcher.h"
 
-/* A fake host a discovery script named (--local): its tasks are lt->procs[proc..proc+n). */
-typedef struct fake_host {
-    char hash[HVD_HOST_HASH_MAX];
-    int first, n; /* task indices first..first+n-1 */
+/* A host a discovery script named: a fake host (--local), its tasks lt->procs[proc..proc+n);
+ * or an ssh host (--ssh), its session ssh_tasks_add_host's number proc. */
+typedef struct found_host {
+    char name[256]; /* as the script named it (--local: the host hash) */
+    int first, n;   /* task indices first..first+n-1 */
     int proc;
-} fake_host;
+} found_host;
 
 typedef struct elastic_job {
     const launch_opts *o;
     local_tasks *lt;
+    ssh_tasks *ssh; /* --ssh; else NULL */
     const launch_dir *dir;
     char *const *job_env;
-    fake_host *hosts;
+    found_host *hosts;
     size_t nhosts;
-    int next_index; /* the next task index a new fake host gets */
+    int next_index; /* the next task index a new host gets */
 } elastic_job;
 
 static void progress_line(void *user, const char *line) {
@@ -31,27 +33,37 @@ static void progress_line(void *user, const char *line) {
     fprintf(stderr, "hvd-driver: %s\n", line);
 }
 
-/* A discovered name usable as a fake host's host hash: never this machine (mpirun would start
- * orted there itself, outside every task service). */
-static bool fake_name_ok(const char *name) {
+/* Whether a discovered name may get task services: never this machine (mpirun would start
+ * orted there itself, outside every task service); with --local, a host hash as it is. */
+static bool name_ok(const elastic_job *j, const char *name) {
     char me[256] = "";
     gethostname(me, sizeof me - 1);
-    return hvd_host_hash_valid(name) && strcmp(name, "localhost") != 0 && strcmp(name, me) != 0;
+    const char *at = strrchr(name, '@');
+    const char *host = j->ssh && at ? at + 1 : name;
+    return (j->ssh || hvd_host_hash_valid(name)) && strcmp(host, "localhost") != 0 &&
+           strcmp(host, me) != 0 && strcmp(host, "127.0.0.1") != 0 && strlen(name) < 256;
 }
 
-/* Whether every task of a fake host has ended (killed, say). */
-static bool host_ended(const elastic_job *j, const fake_host *h) {
+/* Whether every task of a host has ended (killed, say; its ssh session gone). */
+static bool host_ended(const elastic_job *j, const found_host *h) {
+    if (j->ssh) return ssh_tasks_host_ended(j->ssh, h->proc);
     for (int i = h->proc; i < h->proc + h->n; i++)
         if (hvd_proc_reap(j->lt->procs[i], NULL) == 1) return false;
     return true;
 }
 
-/* Starts the tasks of a fake host (again, at the same indices, if it had ended). */
-static void start_host(elastic_job *j, fake_host *h) {
-    hvd_err err;
-    h->proc = j->lt->n;
-    if (local_host_start(j->lt, j->o, j->dir, j->job_env, h->hash, h->first, h->n, &err) != 0)
-        fprintf(stderr, "hvd-driver: warning: cannot start the tasks of host %s: %s\n", h->hash,
+/* Starts the tasks of a host (again, at the same indices, if they had ended). */
+static void start_host(elastic_job *j, found_host *h) {
+    hvd_err err = {0};
+    int rc;
+    if (j->ssh) {
+        rc = h->proc = ssh_tasks_add_host(j->ssh, h->name, h->first, h->n, &err);
+    } else {
+        h->proc = j->lt->n;
+        rc = local_host_start(j->lt, j->o, j->dir, j->job_env, h->name, h->first, h->n, &err);
+    }
+    if (rc < 0)
+        fprintf(stderr, "hvd-driver: warning: cannot start the tasks of host %s: %s\n", h->name,
                 err.msg);
 }
 
@@ -59,25 +71,26 @@ static void start_host(elastic_job *j, fake_host *h) {
 static void on_hosts(void *user, const hvd_elastic_host *v, size_t n) {
     elastic_job *j = user;
     for (size_t i = 0; i < n; i++) {
-        fake_host *h = NULL;
+        found_host *h = NULL;
         for (size_t k = 0; k < j->nhosts && !h; k++)
-            if (!strcmp(j->hosts[k].hash, v[i].name)) h = &j->hosts[k];
+            if (!strcmp(j->hosts[k].name, v[i].name)) h = &j->hosts[k];
         if (h) {
             if (host_ended(j, h)) start_host(j, h);
             continue;
         }
-        if (!fake_name_ok(v[i].name) || j->next_index + v[i].slots > HVD_ELASTIC_LOCAL_TASKS_MAX) {
+        if (!name_ok(j, v[i].name) || j->next_index + v[i].slots > HVD_ELASTIC_LOCAL_TASKS_MAX) {
             fprintf(stderr,
-                    "hvd-driver: warning: not starting fake host '%s' (a host hash is 1 "
-                    "to 127 of [A-Za-z0-9_-], not this machine's name; at most %d tasks)\n",
-                    v[i].name, HVD_ELASTIC_LOCAL_TASKS_MAX);
+                    "hvd-driver: warning: not starting host '%s' (%snot this machine's name; "
+                    "at most %d tasks)\n",
+                    v[i].name, j->ssh ? "" : "a fake host's name is 1 to 127 of [A-Za-z0-9_-], ",
+                    HVD_ELASTIC_LOCAL_TASKS_MAX);
             continue;
         }
-        fake_host *g = realloc(j->hosts, (j->nhosts + 1) * sizeof *g);
+        found_host *g = realloc(j->hosts, (j->nhosts + 1) * sizeof *g);
         if (!g) continue;
         j->hosts = g;
         h = &j->hosts[j->nhosts++];
-        snprintf(h->hash, sizeof h->hash, "%s", v[i].name);
+        snprintf(h->name, sizeof h->name, "%s", v[i].name);
         h->first = j->next_index;
         h->n = v[i].slots;
         j->next_index += v[i].slots;
@@ -97,16 +110,17 @@ static hvd_elastic_config elastic_config(const launch_opts *o, elastic_job *j) {
                              .cooldown_min_s = o->cooldown_min_s,
                              .cooldown_max_s = o->cooldown_max_s,
                              .progress = progress_line};
-    if (o->local_hosts && o->discovery_script) {
+    if ((o->local_hosts || o->ssh_discovered) && o->discovery_script) {
         ec.on_hosts = on_hosts;
         ec.on_hosts_user = j;
     }
     return ec;
 }
 
-int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, const launch_dir *dir,
-                char *const *job_env) {
-    elastic_job j = {.o = o, .lt = lt, .dir = dir, .job_env = job_env};
+int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks *ssh,
+                const launch_dir *dir, char *const *job_env) {
+    elastic_job j = {
+        .o = o, .lt = lt, .ssh = o->ssh_discovered ? ssh : NULL, .dir = dir, .job_env = job_env};
     hvd_launch_config lc = {.exec_bin_dir = o->ssh_bin_dir,
                             .mpi = o->mpi,
                             .mpirun = o->mpirun,

@@ -27,7 +27,10 @@ const char ELASTIC_USAGE[] =
     "  --max-np N          most ranks (default: every usable slot) (or --max-num-proc)\n"
     "  --host-discovery-script S\n"
     "                      run S every second; its lines host[:slots] are the usable hosts.\n"
-    "                      With --local, the hosts it names are fake hosts started here\n"
+    "                      With --local, the hosts it names are fake hosts started here;\n"
+    "                      with --ssh, their task services are started over ssh (the\n"
+    "                      --ssh-* options apply; horovodrun's way); else task services\n"
+    "                      register themselves and the script says which hosts to use\n"
     "  --slots K           slots of a discovered host that names none (default 1) (or\n"
     "                      --slots-per-host)\n"
     "  --reset-limit R     end the job after more than R resets (default: no limit)\n"
@@ -76,6 +79,7 @@ enum {
     OPT_NETWORK_INTERFACES,
     OPT_OUTPUT_FILENAME,
     OPT_MPI_ARGS,
+    OPT_SSH,
     OPT_DISABLE_CACHE,
     OPT_TUNABLE, /* OPT_TUNABLE + i: TUNABLES[i] */
 };
@@ -117,6 +121,7 @@ const struct option ELASTIC_LONG_OPTS[] = {
     {"network-interface", required_argument, NULL, OPT_NETWORK_INTERFACES},
     {"output-filename", required_argument, NULL, OPT_OUTPUT_FILENAME},
     {"mpi-args", required_argument, NULL, OPT_MPI_ARGS},
+    {"ssh", no_argument, NULL, OPT_SSH},
     {"disable-cache", no_argument, NULL, OPT_DISABLE_CACHE},
     {"fusion-threshold-mb", required_argument, NULL, OPT_TUNABLE + 0},
     {"cycle-time-ms", required_argument, NULL, OPT_TUNABLE + 1},
@@ -255,6 +260,9 @@ int elastic_opts_take(int c, const char *v, int argc, char **argv, launch_opts *
         return 0;
     case OPT_MPI_ARGS:
         return mpi_words(v, o);
+    case OPT_SSH:
+        o->ssh_discovered = true;
+        return 0;
     case OPT_DISABLE_CACHE: /* horovodrun caches its ssh and interface checks; nothing here */
         return 0;
     default: /* an option in a table without a case */
@@ -366,8 +374,10 @@ static int check_elastic(launch_opts *o) {
     if (o->np < o->min_np) return launch_opts_usage_error("-np must be at least --min-np");
     if (o->discovery_script && o->ssh_hosts)
         return launch_opts_usage_error(
-            "a host discovery script with ssh hosts is not supported yet: use --local, or task "
-            "services that register themselves");
+            "give the hosts with -H/--hostfile/--ssh-hosts or with --host-discovery-script, not "
+            "both (--ssh starts task services over ssh on the hosts the script names)");
+    if (o->ssh_discovered && (!o->discovery_script || o->local_hosts))
+        return launch_opts_usage_error("--ssh goes with --host-discovery-script, without --local");
     return 0;
 }
 
@@ -381,7 +391,8 @@ int elastic_opts_finish(launch_opts *o) {
 
 int launch_task_slots(const launch_opts *o) {
     if (!o->elastic) return o->np;
-    if (o->local_hosts && o->discovery_script) return HVD_ELASTIC_LOCAL_TASKS_MAX;
+    if ((o->local_hosts || o->ssh_discovered) && o->discovery_script)
+        return HVD_ELASTIC_LOCAL_TASKS_MAX;
     return o->max_np > o->np ? o->max_np : o->np;
 }
 

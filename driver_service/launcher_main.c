@@ -389,6 +389,12 @@ static int start_tasks(job *j) {
     if (j->o.local_hosts > 0 && local_mpi(&j->o) != 0) return -1;
     if (j->o.local_hosts > 0 && j->o.discovery_script) {
         /* elastic_run starts the hosts the discovery script names */
+    } else if (j->o.ssh_discovered) { /* and elastic_run their sessions */
+        if (!(j->ssh = ssh_tasks_open(&j->o, j->d, j->job_env, &err))) {
+            fprintf(stderr, "hvd-driver: %s\n", err.msg);
+            return -1;
+        }
+        watch_set_ssh(j->ssh);
     } else if (j->o.local_hosts > 0) {
         if (local_tasks_start(&j->lt, &j->o, &j->dir, j->job_env, &err) != 0) {
             fprintf(stderr, "hvd-driver: cannot start the local task services: %s\n", err.msg);
@@ -453,7 +459,7 @@ int main(int argc, char **argv) {
     if (j.o.elastic) watch_ignore_lost(); /* the elastic loop resets instead */
     if (dir_create(&j.dir) == 0 && start_driver(&j) == 0 && start_tasks(&j) == 0) {
         if (j.o.elastic)
-            rc = elastic_run(j.d, &j.o, &j.lt, &j.dir, j.job_env);
+            rc = elastic_run(j.d, &j.o, &j.lt, j.ssh, &j.dir, j.job_env);
         else
             rc = j.o.serve ? serve(j.d, &j.o, &j.dir, j.addrs, j.ssh) : run(j.d, &j.o, j.ssh);
     }

@@ -295,9 +295,10 @@ static int check(launch_opts *o) {
     o->many_commands = o->elastic || o->jobs != 1;
     if (o->ssh_hosts && o->local_hosts)
         return usage_error("--local and --ssh-hosts exclude each other");
-    if (!o->ssh_hosts && (o->ssh_port || o->ssh_user || o->ssh_identity || o->ssh_known_hosts ||
-                          o->ssh_accept_new || o->ssh_bin_dir || o->ssh_fake_hosts))
-        return usage_error("the --ssh-* options go with --ssh-hosts");
+    if (!o->ssh_hosts && !o->ssh_discovered &&
+        (o->ssh_port || o->ssh_user || o->ssh_identity || o->ssh_known_hosts || o->ssh_accept_new ||
+         o->ssh_bin_dir || o->ssh_fake_hosts))
+        return usage_error("the --ssh-* options go with --ssh-hosts (or --ssh)");
     return 0;
 }
 

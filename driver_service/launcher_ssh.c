@@ -51,6 +51,7 @@
 #define SSH_STOP_GRACE_MS      8000  /* interrupted session: wait this long for its status */
 #define SWEEP_TIMEOUT_MS       5000  /* per setup step of the sweep session */
 #define HOST_HASH_MAX          127   /* hvd-task's limit for --host-hash */
+#define SSH_DISCOVERED_MAX     256   /* sessions of an elastic job's discovered hosts */
 
 /* One entry of --ssh-hosts and its session. */
 typedef struct ssh_host {
@@ -64,6 +65,7 @@ typedef struct ssh_host {
     pthread_t thread;
     bool has_thread;
     int started;   /* the session's command runs (hvd_ssh_options.started) */
+    int ended;     /* the session ended (atomic) */
     int rc;        /* hvd_ssh_run's return value */
     int exit_code; /* the remote exit status (255: ssh failed) */
     hvd_err err;   /* hvd_ssh_run's error */
@@ -76,7 +78,9 @@ struct ssh_tasks {
     const launch_opts *o;
     hvd_driver *d;
     ssh_host *hosts;
-    size_t nhosts;
+    size_t nhosts; /* in use (atomic: the watcher reads it while hosts are added) */
+    size_t cap;    /* room in hosts (never moved: sessions point into it) */
+    const char *driver_addrs;
     char token[17];         /* random job mark, hex */
     char bin_dir[PATH_MAX]; /* where hvd-task is on the hosts */
     char secret_line[64];   /* base64 secret + '\n', the sessions' stdin */
@@ -218,16 +222,18 @@ int ssh_hosts_check(launch_opts *o, hvd_err *err) {
     return rc;
 }
 
+/* Whether c may stand in a host hash as it is ([A-Za-z0-9_]; '-' separates). */
+static bool hash_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
 /* --ssh-fake-hosts: a host hash from the entry's position and name ("hvdssh001-127-0-0-3"):
  * distinct per entry, never resolvable, only [A-Za-z0-9_-], and sorted like the list (the
  * driver sorts host hashes for mpirun's -H, so that rank r stays task r). */
 static void fake_hash(ssh_host *h, int k) {
     int n = snprintf(h->hash, sizeof h->hash, "hvdssh%03d-", k);
-    for (const char *p = h->name; *p && n < HOST_HASH_MAX; p++, n++) {
-        char c = *p;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        h->hash[n] = ok || c == '_' ? c : '-';
-    }
+    for (const char *p = h->name; *p && n < HOST_HASH_MAX; p++, n++)
+        h->hash[n] = hash_char(*p) ? *p : '-';
     h->hash[n] = '\0';
 }
 
@@ -329,7 +335,14 @@ static void *session_main(void *arg) {
     bool expected = st->stopping;
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
+    __atomic_store_n(&h->ended, 1, __ATOMIC_RELEASE);
     if (expected) return NULL;
+    if (st->o->elastic) { /* a host going: the elastic loop resets without it */
+        fprintf(stderr, "hvd-driver: ssh host %s (tasks %d-%d): %s%s; the job goes on without it\n",
+                h->name, h->first_task, h->first_task + h->ntasks - 1,
+                rc != 0 ? "" : "its task services ended", rc != 0 ? err.msg : "");
+        return NULL;
+    }
 
     /* An end before ssh_tasks_stop: fatal while the job starts (the reason goes to
      * hvd_driver_wait_registration), harmless once the tasks ran their part. */
@@ -395,7 +408,8 @@ static int start_thread(pthread_t *t, void *(*fn)(void *), ssh_host *h) {
 size_t ssh_tasks_starting(ssh_tasks *st, char *buf, size_t cap) {
     size_t n = 0, used = 0;
     if (cap) buf[0] = '\0';
-    for (size_t i = 0; st && i < st->nhosts; i++) {
+    size_t nhosts = st ? __atomic_load_n(&st->nhosts, __ATOMIC_ACQUIRE) : 0;
+    for (size_t i = 0; i < nhosts; i++) {
         const ssh_host *h = &st->hosts[i];
         if (h->ntasks == 0 || __atomic_load_n(&h->started, __ATOMIC_ACQUIRE)) continue;
         int w = snprintf(buf + used, cap > used ? cap - used : 0, "%s%s (tasks %d-%d)",
@@ -430,8 +444,9 @@ static const char *job_var(char *const *env, const char *name) {
     return NULL;
 }
 
-ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job_env,
-                           hvd_err *err) {
+/* The handle without hosts: the job's secret and token, where hvd-task is. NULL with err. */
+static ssh_tasks *tasks_new(const launch_opts *o, hvd_driver *d, char *const *job_env,
+                            hvd_err *err) {
     const char *secret = job_var(job_env, HVD_SECRET_ENV);
     const char *driver_addrs = job_var(job_env, HVD_DRIVER_ADDRS_ENV);
     if (!secret || !*secret || strlen(secret) > 60 || !driver_addrs) {
@@ -452,12 +467,7 @@ ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job
     pthread_cond_init(&st->cv, NULL);
     st->o = o;
     st->d = d;
-    int n = parse_hosts(o->ssh_hosts, &st->hosts, err);
-    if (n < 0 || assign_tasks(st->hosts, n, o->np, err) != 0) {
-        free_tasks(st);
-        return NULL;
-    }
-    st->nhosts = (size_t)n;
+    st->driver_addrs = driver_addrs;
     snprintf(st->secret_line, sizeof st->secret_line, "%s\n", secret);
     snprintf(st->bin_dir, sizeof st->bin_dir, "%s",
              o->ssh_bin_dir ? o->ssh_bin_dir : hvd_launch_bin_dir());
@@ -469,12 +479,44 @@ ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job
     }
     for (size_t i = 0; i < sizeof rnd; i++)
         snprintf(st->token + 2 * i, 3, "%02x", rnd[i]);
+    return st;
+}
+
+/* Starts the session of host h (its command made). Returns 0, or -1 with err. */
+static int start_session(ssh_tasks *st, ssh_host *h, hvd_err *err) {
+    if (st->o->verbose)
+        fprintf(stderr, "hvd-driver: ssh %s: starting tasks %d-%d%s%s\n", h->name, h->first_task,
+                h->first_task + h->ntasks - 1, h->hash[0] ? " as " : "", h->hash);
+    pthread_mutex_lock(&st->mu);
+    st->running++;
+    pthread_mutex_unlock(&st->mu);
+    int rc = start_thread(&h->thread, session_main, h);
+    if (rc != 0) {
+        pthread_mutex_lock(&st->mu);
+        st->running--;
+        pthread_mutex_unlock(&st->mu);
+        return hvd_err_set(err, HVD_E_INTERNAL, "cannot start a thread: %s", strerror(rc));
+    }
+    h->has_thread = true;
+    return 0;
+}
+
+ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job_env,
+                           hvd_err *err) {
+    ssh_tasks *st = tasks_new(o, d, job_env, err);
+    if (!st) return NULL;
+    int n = parse_hosts(o->ssh_hosts, &st->hosts, err);
+    if (n < 0 || assign_tasks(st->hosts, n, o->np, err) != 0) {
+        free_tasks(st);
+        return NULL;
+    }
+    st->nhosts = st->cap = (size_t)n;
     for (size_t i = 0; i < st->nhosts; i++) {
         ssh_host *h = &st->hosts[i];
         h->owner = st;
         if (h->ntasks == 0) continue;
         if (o->ssh_fake_hosts) fake_hash(h, (int)i);
-        if (!(h->command = launch_command(st, h, (int)i, driver_addrs))) {
+        if (!(h->command = launch_command(st, h, (int)i, st->driver_addrs))) {
             hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
             free_tasks(st);
             return NULL;
@@ -482,26 +524,58 @@ ssh_tasks *ssh_tasks_start(const launch_opts *o, hvd_driver *d, char *const *job
     }
     for (size_t i = 0; i < st->nhosts; i++) {
         ssh_host *h = &st->hosts[i];
-        if (h->ntasks == 0) continue;
-        if (o->verbose)
-            fprintf(stderr, "hvd-driver: ssh %s: starting tasks %d-%d%s%s\n", h->name,
-                    h->first_task, h->first_task + h->ntasks - 1, h->hash[0] ? " as " : "",
-                    h->hash);
-        pthread_mutex_lock(&st->mu);
-        st->running++;
-        pthread_mutex_unlock(&st->mu);
-        int rc = start_thread(&h->thread, session_main, h);
-        if (rc != 0) {
-            pthread_mutex_lock(&st->mu);
-            st->running--;
-            pthread_mutex_unlock(&st->mu);
-            hvd_err_set(err, HVD_E_INTERNAL, "cannot start a thread: %s", strerror(rc));
+        if (h->ntasks > 0 && start_session(st, h, err) != 0) {
             ssh_tasks_stop(st, 0);
             return NULL;
         }
-        h->has_thread = true;
     }
     return st;
+}
+
+ssh_tasks *ssh_tasks_open(const launch_opts *o, hvd_driver *d, char *const *job_env, hvd_err *err) {
+    ssh_tasks *st = tasks_new(o, d, job_env, err);
+    if (st && !(st->hosts = calloc(SSH_DISCOVERED_MAX, sizeof *st->hosts))) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        free_tasks(st);
+        return NULL;
+    }
+    if (st) st->cap = SSH_DISCOVERED_MAX;
+    return st;
+}
+
+/* A discovered host's host hash: its name with every character but [A-Za-z0-9_-] made '-'
+ * (el_host_matches matches the name with it), cut at HOST_HASH_MAX. */
+static void discovered_hash(ssh_host *h) {
+    size_t n = 0;
+    for (const char *p = h->name; *p && n < HOST_HASH_MAX; p++)
+        h->hash[n++] = hash_char(*p) ? *p : '-';
+    h->hash[n] = '\0';
+}
+
+int ssh_tasks_add_host(ssh_tasks *st, const char *name, int first, int n, hvd_err *err) {
+    if (st->nhosts == st->cap)
+        return hvd_err_set(err, HVD_E_INVALID, "more than %zu discovered hosts", st->cap);
+    ssh_host *h = &st->hosts[st->nhosts];
+    memset(h, 0, sizeof *h);
+    hvd_hostspec hs;
+    if (hvd_hostspec_parse(name, strlen(name), "slots", 1, 4096, &hs, err) != 0 ||
+        strlen(hs.user) >= sizeof h->user || strlen(hs.host) >= sizeof h->name || !hs.host[0])
+        return err->msg[0] ? -1 : hvd_err_set(err, HVD_E_INVALID, "host name too long");
+    snprintf(h->user, sizeof h->user, "%s", hs.user);
+    snprintf(h->name, sizeof h->name, "%s", hs.host);
+    h->slots = h->ntasks = n;
+    h->first_task = first;
+    h->owner = st;
+    discovered_hash(h);
+    if (!(h->command = launch_command(st, h, (int)st->nhosts, st->driver_addrs)))
+        return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+    __atomic_store_n(&st->nhosts, st->nhosts + 1, __ATOMIC_RELEASE);
+    return start_session(st, h, err) == 0 ? (int)(st->nhosts - 1) : -1;
+}
+
+bool ssh_tasks_host_ended(ssh_tasks *st, int host) {
+    return host < 0 || (size_t)host >= st->nhosts ||
+           __atomic_load_n(&st->hosts[host].ended, __ATOMIC_ACQUIRE);
 }
 
 void ssh_tasks_stop(ssh_tasks *st, int grace_ms) {

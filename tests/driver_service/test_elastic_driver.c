@@ -159,6 +159,9 @@ static void test_host_matches(void) {
     CHECK(el_host_matches("node1", "node1"));
     CHECK(el_host_matches("node1-0123456789abcdef0123456789abcdef", "node1"));
     CHECK(el_host_matches("node1-0123456789abcdef0123456789abcdef", "node1.example.com"));
+    CHECK(el_host_matches("10-0-0-5", "10.0.0.5")); /* hvd-driver --ssh's host hash */
+    CHECK(!el_host_matches("10-0-0-5", "10.0.0.50"));
+    CHECK(!el_host_matches("10-0-0-5", "10.0.0"));
     CHECK(!el_host_matches("node1-2-0123456789abcdef0123456789abcdef", "node1"));
     CHECK(!el_host_matches("node10", "node1"));
     CHECK(!el_host_matches("node1-xyz", "node1"));

@@ -22,6 +22,11 @@ remote), each with its own sshd and host keys (fake_ssh_hosts.py). Cases:
   driver_unresponsive_host  a host that accepts TCP and never answers: --start-timeout holds
   driver_interrupt_starting SIGINT while that host keeps the job from starting
   driver_bad_bin_dir    --ssh-bin-dir where hvd-task is not: fails fast, with a hint
+  driver_elastic_discovery  an elastic job with --host-discovery-script and --ssh (horovodrun's
+                        way): task services started over ssh on the hosts the script names; a
+                        host it adds joins; that host's task services SIGKILLed, the job goes
+                        on without it, and the driver starts them again since the script still
+                        names the host (needs --train-lib)
 
 After every case nothing of the job may be left: no process whose environment holds the
 case's HVD_E2E_MARK (the test's own processes get it from their environment, the remote ones
@@ -375,12 +380,81 @@ def test_driver_bad_bin_dir():
         check("/nonexistent/bin/hvd-task" in se and "--ssh-bin-dir" in se, "the reason helps:\n" + se)
 
 
+def train_log(path):
+    """(size, commit) of every launch's "start" line and the commits, from the elastic SGD
+    example's log (rank 0 appends them)."""
+    starts, commits = [], []
+    try:
+        with open(path) as f:
+            for words in (l.split() for l in f if l.strip()):
+                if words[1] == "start":
+                    kv = dict(w.split("=") for w in words[2:])
+                    starts.append(int(kv["size"]))
+                elif words[1] == "commit":
+                    commits.append(int(words[2][3:]))
+    except OSError:
+        pass
+    return starts, commits
+
+
+def test_driver_elastic_discovery():
+    if not ARGS.train_lib:
+        raise Skip("no --train-lib (examples/train_sgd not built)")
+    with Case() as c:
+        hosts = os.path.join(c.tmp, "hosts")
+        with open(hosts, "w") as f:
+            f.write("127.0.0.2:2\n")
+        log = os.path.join(c.tmp, "train.log")
+        cmd = c.driver("--min-np", "2", "--max-np", "4", "--host-discovery-script", "cat " + hosts,
+                       "--ssh", "--entry", ARGS.train_lib + ":hvd_example_train_sgd_elastic",
+                       "--entry-arg", "epochs=20,commit=4,sleep=40,log=" + log)
+        del cmd[cmd.index("--ssh-hosts"):cmd.index("--ssh-hosts") + 2]
+        cmd[cmd.index("-np") + 1] = "2"
+        err = open(os.path.join(c.tmp, "driver.err"), "w+b")
+        p = subprocess.Popen(cmd, env=c.env, cwd=c.tmp, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=err)
+
+        def stderr():
+            err.seek(0)
+            return err.read().decode(errors="replace")
+
+        def wait(pred, what):
+            hvdtest.wait_for(lambda: pred() or p.poll() is not None, 120, what)
+            check(pred(), "%s: hvd-driver exited %s:\n%s" % (what, p.returncode, stderr()[-4000:]))
+        try:
+            wait(lambda: len(train_log(log)[1]) >= 2, "2 ranks on 127.0.0.2 committing")
+            with open(hosts + ".new", "w") as f:
+                f.write("127.0.0.2:2\n127.0.0.3:2\n")
+            os.rename(hosts + ".new", hosts)
+            wait(lambda: train_log(log)[0][-1:] == [4], "the job growing to 127.0.0.3")
+            found = [pid for pid, pr in hvdtest.processes_with(c.mark).items()
+                     if os.path.basename(pr.argv[0]) == "hvd-task" and "127-0-0-3" in pr.argv]
+            victims = [pid for pid in found if hvdtest.parent_of(pid) not in found]
+            check(len(victims) == 2, "127.0.0.3's two task services: %s" % victims)
+            hvdtest.kill(victims)
+            wait(lambda: train_log(log)[0][2:4] == [2, 4],
+                 "the job going on without 127.0.0.3, then growing to it again")
+            so, _ = p.communicate(timeout=120)
+            se = stderr()
+            no_sanitizer_reports(se)
+            check(p.returncode == 0, "hvd-driver exited %d:\n%s" % (p.returncode, se[-4000:]))
+            resets = [l for l in se.splitlines() if re.match(r"hvd-driver: reset \d+:", l)]
+            check(len(resets) >= 3 and "came: 127-0-0-3" in resets[0] and
+                  "left: 127-0-0-3" in resets[1] and "came: 127-0-0-3" in resets[2],
+                  "resets: 127.0.0.3 came, left, came again: %s" % resets)
+        finally:
+            hvdtest.stop(p, 10, signal.SIGTERM)
+            err.close()
+
+
 CASES = hvdtest.cases_in(globals())
 
 
 def main():
     global ARGS
     ap = hvdtest.arg_parser("--bin", "--sshd-script", "--probe-lib", "--mpi-prog")
+    ap.add_argument("--train-lib", type=os.path.abspath,
+                    help="the elastic SGD example's library (driver_elastic_discovery)")
     ap.add_argument("cases", nargs="*")
     ARGS = ap.parse_args()
     if not shutil.which("mpirun"):
