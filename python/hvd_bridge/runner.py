@@ -131,7 +131,8 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     elastic_flags = _elastic_flags(elastic)
     if hosts and elastic.get("host_discovery_script"):
         raise NotImplementedError("a host discovery script with ssh hosts is not supported by "
-                                  "elastic jobs yet")
+                                  "hvd_bridge.run (its script names fake hosts on this "
+                                  "machine): use hvd-driver run --host-discovery-script S --ssh")
     if use_gloo:
         raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
     if hosts and hostfile:
