@@ -2,6 +2,7 @@
  * machine): wait for enough usable slots, launch mpirun over the chosen tasks, watch it and
  * the hosts, and reset: stop mpirun and the tasks' commands, and launch again. Runs on the
  * caller's thread; installs no signal handler and never ends the process. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -201,16 +202,11 @@ static void say_launch(el_run *r, const char *hosts) {
              r->why, left[0] ? left : "none", came[0] ? came : "none", r->plan.n, hosts, commit);
 }
 
-/* mpirun's extra arguments for this launch: the user's, its output directory, and the epoch
- * for the ranks. */
+/* mpirun's extra arguments for this launch: the user's, and the epoch for the ranks. */
 static char **launch_args(el_run *r) {
     hvd_strb b = {0};
     for (size_t i = 0; r->cfg->mpi_args && r->cfg->mpi_args[i]; i++)
         hvd_strb_add(&b, r->cfg->mpi_args[i]);
-    if (r->ec->output_dir) {
-        hvd_strb_add(&b, "--output-filename");
-        hvd_strb_addf(&b, "%s/launch.%llu", r->ec->output_dir, (unsigned long long)r->epoch);
-    }
     launch_rank_env(&b, r->parts.mpi, HVD_ELASTIC_EPOCH_ENV, "%llu", (unsigned long long)r->epoch);
     /* Horovod's marker, for scripts that look at it */
     launch_rank_env(&b, r->parts.mpi, "HOROVOD_ELASTIC", "1");
@@ -255,6 +251,12 @@ static int launch(el_run *r, hvd_err *err) {
     lc.np = (int)r->plan.n;
     char **args = launch_args(r);
     lc.mpi_args = (const char *const *)args;
+    char out_dir[PATH_MAX];
+    if (r->ec->output_dir) {
+        snprintf(out_dir, sizeof out_dir, "%s/launch.%llu", r->ec->output_dir,
+                 (unsigned long long)r->epoch);
+        lc.output_dir = out_dir;
+    }
     char **argv = args ? launch_argv(r->d, &lc, r->ifaces, &r->parts, err) : NULL;
     int rc = -1;
     if (!args)

@@ -1,6 +1,7 @@
 /* One job's launcher (include/hvd/launch.h): the command line of DESIGN.md section 2 step 4 in
  * the dialect of its MPI (section 5d: Open MPI 4, Open MPI 5, MPICH), run through the process
  * runner and waited for. */
+#include <errno.h>
 #include <ifaddrs.h>
 #include <limits.h>
 #include <net/if.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -309,14 +311,59 @@ static void add_style(hvd_strb *a, hvd_mpi_impl mpi) {
     static const char *const ompi4[] = {"--tag-output",   "-bind-to", "none", "-map-by", "slot",
                                         "-mca",           "pml",      "ob1",  "-mca",    "btl",
                                         "self,vader,tcp", NULL};
-    static const char *const ompi5[] = {"--output", "tag",         "--bind-to", "none", "--map-by",
-                                        "slot",     "--mca",       "pml",       "ob1",  "--mca",
-                                        "btl",      "self,sm,tcp", NULL};
+    static const char *const ompi5[] = {
+        "--bind-to", "none",  "--map-by", "slot",        "--mca", "pml",
+        "ob1",       "--mca", "btl",      "self,sm,tcp", NULL}; /* and --output: add_output */
     static const char *const mpich[] = {"-prepend-rank", NULL};
     const char *const *v = mpi == HVD_MPI_OPENMPI4   ? ompi4
                            : mpi == HVD_MPI_OPENMPI5 ? ompi5
                                                      : mpich;
     add_all(a, (char *const *)v);
+}
+
+/* DIR, and with np > 0 DIR/1/rank.R for R < np: Hydra and PRRTE open their output files
+ * without making their directories. Returns 0, or -1 with err. */
+static int make_output_dirs(const char *dir, int np, hvd_err *err) {
+    char path[PATH_MAX];
+    for (int r = -2; r < np; r++) { /* DIR, DIR/1, then each rank's */
+        if (r == -1 && np == 0) break;
+        if (r == -2)
+            snprintf(path, sizeof path, "%s", dir);
+        else if (r == -1)
+            snprintf(path, sizeof path, "%s/1", dir);
+        else
+            snprintf(path, sizeof path, "%s/1/rank.%d", dir, r);
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return hvd_err_set(err, HVD_E_IO, "cannot make %s for --output-filename: %s", path,
+                               strerror(errno));
+    }
+    return 0;
+}
+
+/* Where the ranks' output goes: tagged with the rank, and to files under cfg->output_dir in
+ * each launcher's own way (Open MPI 5 takes both in one --output). Returns 0, or -1 with err. */
+static int add_output(hvd_strb *a, hvd_mpi_impl mpi, const hvd_launch_config *cfg, hvd_err *err) {
+    const char *dir = cfg->output_dir;
+    if (mpi == HVD_MPI_OPENMPI5) {
+        /* file=, not dir=: PRRTE 5.0.11's dir= loses the stderr of ranks under a remote prted
+         * ("PMIX_ERR_EXISTS", "PMIX_ERR_IOF_FAILURE" on the terminal) */
+        if (dir && make_output_dirs(dir, 0, err) != 0) return -1;
+        hvd_strb_add(a, "--output");
+        if (dir)
+            hvd_strb_addf(a, "tag,file=%s/rank", dir);
+        else
+            hvd_strb_add(a, "tag");
+    } else if (dir && mpi == HVD_MPI_OPENMPI4) {
+        hvd_strb_add(a, "--output-filename");
+        hvd_strb_add(a, dir);
+    } else if (dir) {
+        if (make_output_dirs(dir, cfg->np, err) != 0) return -1;
+        hvd_strb_add(a, "-outfile-pattern");
+        hvd_strb_addf(a, "%s/1/rank.%%r/stdout", dir);
+        hvd_strb_add(a, "-errfile-pattern");
+        hvd_strb_addf(a, "%s/1/rank.%%r/stderr", dir);
+    }
+    return 0;
 }
 
 char **launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifaces,
@@ -334,6 +381,11 @@ char **launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifa
     hvd_strb_add(&a, hydra ? "-hosts" : "-H");
     hvd_strb_add(&a, hosts);
     add_style(&a, parts->mpi);
+    if (add_output(&a, parts->mpi, cfg, err) != 0) {
+        hvd_strb_free(&a);
+        free(hosts);
+        return NULL;
+    }
     add_all(&a, parts->args);
     add_all(&a, parts->agent);
     add_all(&a, parts->ifaces);

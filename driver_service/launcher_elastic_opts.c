@@ -49,9 +49,10 @@ const char ELASTIC_USAGE[] =
     "  --hostfile F        the hosts from F, one \"host slots=N\" per line\n"
     "  -p, --ssh-port P    as --ssh-port\n"
     "  --network-interfaces a,b  as --nics\n"
-    "  --output-filename DIR     each rank's output in DIR/1/rank.R/stdout and stderr\n"
-    "                            (mpirun's --output-filename); elastic jobs: launch E's in\n"
-    "                            DIR/launch.E/1/rank.R\n"
+    "  --output-filename DIR     each rank's output in DIR/1/rank.R/stdout and stderr as\n"
+    "                            well (Open MPI 5: in DIR/rank.<job id>.R.out and .err\n"
+    "                            instead; MPICH: in DIR/1/rank.R instead); elastic jobs:\n"
+    "                            launch E's under DIR/launch.E\n"
     "  --mpi-args \"A B\"    mpirun's extra words, split at spaces (as --mpi-arg A --mpi-arg B)\n"
     "  --disable-cache     accepted; hvd-driver caches no checks\n"
     "  COMMAND ARGS        the command may follow the options without --\n"
@@ -338,15 +339,12 @@ static int take_hosts(launch_opts *o) {
     return 0;
 }
 
-/* --output-filename DIR: mpirun writes DIR/1/rank.R/{stdout,stderr} (an absolute path: mpirun
- * runs in another directory than the user typed it in). */
+/* --output-filename DIR, absolute (mpirun runs in another directory than the user typed it
+ * in): hvd_launch_config.output_dir, or hvd_elastic_config's (a directory per launch). */
 static int take_output(launch_opts *o) {
     if (!o->output_dir) return 0;
     if (!(o->output_arg = absolute(o->output_dir)))
         return launch_opts_usage_error("cannot make --output-filename an absolute path");
-    if (o->elastic) return 0; /* elastic_launch.c: a directory per launch */
-    hvd_strb_add(&o->mpi_argb, "--output-filename");
-    hvd_strb_add(&o->mpi_argb, o->output_arg);
     return 0;
 }
 

@@ -273,6 +273,7 @@ static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
                             .exec_bin_dir = exec_dir,
                             .mpi_args = o->mpi_args,
                             .rank_env = o->rank_env,
+                            .output_dir = o->output_arg,
                             .timeout_s = o->timeout_s,
                             .start_timeout_ms = o->start_timeout_s * 1000,
                             .stop = watch_stop_flag(),

@@ -61,6 +61,13 @@ typedef struct hvd_launch_config {
     const char *const *extra_env; /* "NAME=VALUE" added to mpirun's environment (NULL-
                                      terminated), or NULL; the job's HVD_SECRET and
                                      HVD_DRIVER_ADDRS are always added and win */
+    const char *output_dir;       /* or NULL: each rank's stdout and stderr also go to files
+                                     under this absolute path, in the launcher's own way:
+                                     Open MPI 4 DIR/1/rank.R/stdout (and stderr), Open MPI 5
+                                     DIR/rank.<its job id>.R.out (and .err), MPICH
+                                     DIR/1/rank.R/stdout (and stderr); the directories are
+                                     made by launch_argv. Open MPI 5 and Hydra write the files
+                                     instead of the terminal */
     int timeout_s;                /* stop mpirun after this long; 0: never */
     int start_timeout_ms;         /* budget of registration, and of the interface probe; <= 0:
                                      HVD_START_TIMEOUT_DEFAULT_S */
@@ -155,9 +162,9 @@ typedef struct hvd_elastic_config {
                                      host H if its host hash is H, or H's first label and
                                      "-<md5>"); NULL: every registered task's host */
     int slots;                    /* slots of a listed host that names none; 0: 1 */
-    const char *output_dir;       /* or NULL: launch E's output in output_dir/launch.E (mpirun's
-                                     --output-filename: each mpirun would overwrite the files
-                                     of the launch before) */
+    const char *output_dir;       /* or NULL: launch E's output in output_dir/launch.E
+                                     (hvd_launch_config.output_dir of that launch: each mpirun
+                                     would overwrite the files of the launch before) */
     int reset_limit;              /* most resets; < 0: no limit */
     int elastic_timeout_s;        /* fewer than min_np usable slots for this long ends the job;
                                      0: HVD_ELASTIC_TIMEOUT_DEFAULT_S */

@@ -164,6 +164,45 @@ def test_argv_entry():
     hvdtest.assert_no_leftovers(mark)
 
 
+def output_files(base):
+    """{rank: (stdout text, stderr text)} of --output-filename base, in this MPI's layout:
+    Open MPI 4 and MPICH base/1/rank.R/stdout, Open MPI 5 base/rank.<job id>.R.out."""
+    got = {}
+    if ARGS.mpi == "openmpi5":
+        for name in os.listdir(base):
+            m = re.match(r"rank\..+\.(\d+)\.out$", name)
+            if m:
+                with open(os.path.join(base, name)) as f, \
+                        open(os.path.join(base, name[:-4] + ".err")) as g:
+                    got[int(m.group(1))] = (f.read(), g.read())
+        return got
+    for r in range(8):
+        where = os.path.join(base, "1", "rank.%d" % r)
+        if os.path.isdir(where):
+            with open(os.path.join(where, "stdout")) as f, open(os.path.join(where, "stderr")) as g:
+                got[r] = (f.read(), g.read())
+    return got
+
+
+def test_output_filename():
+    """hvd-driver --output-filename DIR (horovodrun's) with each MPI's launcher: every rank's
+    stdout and stderr land in files under DIR, in that launcher's layout (the path given
+    relative to where hvd-driver runs)."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, dt = run(driver("run", "-np", "2", "--local", "1", *mpi_opts(),
+                                    "--output-filename", "logs", "--", "sh", "-c",
+                                    "echo out-$HOROVOD_RANK; echo err-$HOROVOD_RANK >&2"),
+                             hvdtest.marked_env(mark, ARGS.bin), cwd=d)
+        check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        got = output_files(os.path.join(d, "logs"))
+        check(sorted(got) == [0, 1], "a stdout and a stderr file per rank: %s" % got)
+        for r, (out, err) in got.items():
+            check("out-%d" % r in out and "err-%d" % r in err and "out-" not in err,
+                  "rank %d's files hold its own output: %r %r" % (r, out, err))
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_failing_rank():
     needs_fake_hostnames(2)
     mark = uuid.uuid4().hex
