@@ -397,6 +397,18 @@ static PyObject *driver_shutdown_tasks(DriverObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* next_job(): the driver forgets the last job's ranks, results and failures for another
+ * run_job over the same task services (tasks made with elastic=True run one command after
+ * another). */
+static PyObject *driver_next_job(DriverObject *self, PyObject *unused) {
+    (void)unused;
+    hvd_driver *d = idle_driver(self);
+    if (!d) return NULL;
+    hvd_err err;
+    if (hvd_driver_next_job(d, &err) != 0) return raise_err(&err);
+    Py_RETURN_NONE;
+}
+
 static PyObject *driver_stop(DriverObject *self, PyObject *unused) {
     (void)unused;
     if (self->running) {
@@ -454,6 +466,8 @@ static PyMethodDef driver_methods[] = {
      "rank"},
     {"failure", (PyCFunction)driver_failure, METH_NOARGS,
      "failure() -> (what failed first, in a sentence, or None; first failed rank or -1)"},
+    {"next_job", (PyCFunction)driver_next_job, METH_NOARGS,
+     "next_job(): ready for another run_job over the same tasks (made with elastic=True)"},
     {"abort", (PyCFunction)driver_abort, METH_VARARGS, "abort(reason): stop the job"},
     {"shutdown_tasks", (PyCFunction)driver_shutdown_tasks, METH_NOARGS,
      "shutdown_tasks(): tell every task service the job is over"},

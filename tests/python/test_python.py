@@ -223,6 +223,49 @@ def test_elastic_args():
     check(out == [(1, 2, 1)] * 2, "an elastic job of 2 ranks, one launch: %r" % out)
 
 
+def test_next_job():
+    """_core.Driver.next_job: two run_job calls over the same two task services (made with
+    elastic=True, which run one command after another), each with its own results."""
+    import base64
+    import threading
+
+    import hvd_bridge
+    from hvd_bridge import _core
+    with Job() as j:
+        work = tempfile.mkdtemp(prefix="hvd-pytest-work-", dir=os.path.dirname(j.tmp))
+        ran = os.path.join(work, "ran")
+        drv = _core.Driver(2, ["sh", "-c", 'echo "$HOROVOD_RANK" >> %s' % ran])
+        secret = base64.b64decode(drv.job_env()["HVD_SECRET"])
+        tasks = [_core.Task(i, drv.addresses, secret, work_dir=work, elastic=True,
+                            min_lifetime=0) for i in range(2)]
+        threads = [threading.Thread(target=t.run, daemon=True) for t in tasks]
+        try:
+            for th in threads:
+                th.start()
+            drv.wait_registration(60)
+            for job in range(2):
+                if job:
+                    drv.next_job()
+                status, timed_out, stopped = drv.run_job(hvd_bridge.bin_dir(), start_timeout=60)
+                check(status == 0 and not timed_out and not stopped,
+                      "job %d: mpirun %s, timed out %s, stopped %s" % (job, status, timed_out,
+                                                                        stopped))
+                res = drv.results()
+                check([r[0] for r in res] == [0, 1] and all(r[3] and r[4] == 0 for r in res),
+                      "job %d: both ranks reported success: %s" % (job, res))
+            with open(ran) as f:
+                lines = sorted(f.read().split())
+            check(lines == ["0", "0", "1", "1"], "each rank ran once per job: %s" % lines)
+        finally:
+            drv.shutdown_tasks()
+            for th in threads:
+                th.join(30)
+            for t in tasks:
+                t.stop()
+            drv.stop()
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def test_bad_args():
     import hvd_bridge
     for kw, exc, text in ((dict(use_gloo=True), ValueError, "MPI"),
