@@ -8,12 +8,18 @@
 
 #include "hvd/error.h"
 
+/* HVD_CHASE_TIME_MS's default (engine.c). */
+#define RT_CHASE_MS_DEFAULT 5.0
+
 typedef struct rt_config {
     int64_t cycle_ns;          /* HOROVOD_CYCLE_TIME: time between the starts of two cycles */
     int64_t fusion_threshold;  /* HOROVOD_FUSION_THRESHOLD: largest fused allreduce, bytes */
     int64_t cache_capacity;    /* HOROVOD_CACHE_CAPACITY: response cache slots */
     int64_t stall_warn_ns;     /* HOROVOD_STALL_CHECK_TIME_SECONDS (0: no reports) */
     int64_t stall_shutdown_ns; /* HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0: never fail) */
+    int64_t chase_ns;          /* HVD_CHASE_TIME_MS: how long a rank holding entries its peers
+                                  have not submitted starts cycles back to back (0: never);
+                                  this rank's own, not broadcast (engine.c) */
     char timeline_path[1024];  /* HOROVOD_TIMELINE, "" when unset */
 } rt_config;
 

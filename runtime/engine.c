@@ -150,12 +150,23 @@ static void *bg_main(void *arg) {
     rt_state_init_done(rc, &err);
     if (rc == 0) {
         /* Cycles start on a grid of cycle times (absolute, so work adds no drift), or earlier
-         * when a submission wakes the thread (rt_state_sleep_until). */
-        int64_t next = hvd_now_ns();
+         * when a submission wakes the thread (rt_state_sleep_until), or at once while this
+         * rank chases: it holds entries some peer has not submitted yet (a step's gradients
+         * reach the ranks at different moments). A cycle's bit vector waits in MPI for every
+         * peer, so a peer that submits then is met at once; on the grid, the two would meet
+         * at this rank's next tick, up to a cycle time later. Chasing busy-waits in MPI, so it
+         * lasts at most chase_ns per wait (a stalled peer, join) before the grid again. */
+        int64_t next = hvd_now_ns(), chase_since = -1;
         while (!rt_cycle_run(&b->cycle)) {
             next += b->cfg.cycle_ns;
             int64_t now = hvd_now_ns();
             if (next < now) next = now;
+            if (b->cycle.pending.count == 0) {
+                chase_since = -1;
+            } else {
+                if (chase_since < 0) chase_since = now;
+                if (now - chase_since < b->cfg.chase_ns) next = now;
+            }
             rt_state_sleep_until(next);
         }
     }
