@@ -5,6 +5,7 @@
 #include <ifaddrs.h>
 #include <limits.h>
 #include <net/if.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -321,6 +322,63 @@ static void add_style(hvd_strb *a, hvd_mpi_impl mpi) {
     add_all(a, (char *const *)v);
 }
 
+/* Whether a task declared only addresses of this machine (the driver's): it runs here. Loopback
+ * addresses say nothing, so a task with nothing else counts as here too. */
+static bool task_is_here(const hvd_task_info *t, const hvd_addr *mine, size_t n_mine) {
+    for (size_t i = 0; i < t->addrs.n; i++) {
+        const char *h = ((const hvd_addr *)t->addrs.v)[i].host;
+        if (strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0) continue;
+        bool found = false;
+        for (size_t k = 0; k < n_mine && !found; k++)
+            found = strcmp(mine[k].host, h) == 0;
+        if (!found) return false;
+    }
+    return true;
+}
+
+/* How many of the job's tasks (its ranks) run on the driver's machine. */
+static int ranks_here(hvd_driver *d) {
+    hvd_addr *mine;
+    size_t n_mine, n = 0;
+    hvd_task_brief *tasks = NULL;
+    if (hvd_driver_addrs(d, &mine, &n_mine, NULL) != 0) return 0;
+    int here = 0;
+    if (hvd_driver_tasks(d, &tasks, &n, NULL) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            hvd_task_info t;
+            if (!tasks[i].active || hvd_driver_task(d, tasks[i].index, &t, NULL) != 0) continue;
+            here += task_is_here(&t, mine, n_mine);
+            hvd_msg_free(&hvd_task_info_desc, &t);
+        }
+    }
+    free(tasks);
+    free(mine);
+    return here;
+}
+
+/* Open MPI's ranks wait for messages by polling without ever giving up the CPU. When the ranks
+ * on one machine outnumber its CPUs (executors on one machine: --local, a Spark local
+ * cluster), a waiting rank takes the CPU the rank it waits for needs: 4 ranks on 2 CPUs took
+ * 34 ms per step of a small model instead of 3 ms (docs/performance.md). mpirun would turn on
+ * mpi_yield_when_idle itself if it knew, but each executor is a host of its own to it. The
+ * driver sees only its own machine: tasks whose addresses are all its own. A value the user
+ * gave (OMPI_MCA_mpi_yield_when_idle, or the parameter in --mpi-args) is left alone. */
+static void add_yield(hvd_strb *a, hvd_driver *d, const hvd_launch_config *cfg, hvd_mpi_impl mpi) {
+    if (mpi == HVD_MPI_MPICH || getenv("OMPI_MCA_mpi_yield_when_idle")) return;
+    for (size_t i = 0; cfg->mpi_args && cfg->mpi_args[i]; i++)
+        if (strstr(cfg->mpi_args[i], "mpi_yield_when_idle")) return;
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (cpus <= 0) cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int here = ranks_here(d);
+    if (cpus <= 0 || here <= cpus) return;
+    launch_log(cfg,
+               "%d ranks on this machine's %d CPUs: they yield the CPU when idle "
+               "(mpi_yield_when_idle)",
+               here, cpus);
+    mca(a, mpi == HVD_MPI_OPENMPI4 ? "-mca" : "--mca", "mpi_yield_when_idle", "1");
+}
+
 /* DIR, and with np > 0 DIR/1/rank.R for R < np: Hydra and PRRTE open their output files
  * without making their directories. Returns 0, or -1 with err. */
 static int make_output_dirs(const char *dir, int np, hvd_err *err) {
@@ -381,6 +439,7 @@ char **launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifa
     hvd_strb_add(&a, hydra ? "-hosts" : "-H");
     hvd_strb_add(&a, hosts);
     add_style(&a, parts->mpi);
+    add_yield(&a, d, cfg, parts->mpi);
     if (add_output(&a, parts->mpi, cfg, err) != 0) {
         hvd_strb_free(&a);
         free(hosts);

@@ -203,6 +203,32 @@ def test_output_filename():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_yield_when_oversubscribed():
+    """Ranks that outnumber the CPUs of the driver's machine (all of them here) get Open MPI's
+    mpi_yield_when_idle, which polls without yielding otherwise; fewer ranks do not, and a
+    value the user set wins. The driver runs on one CPU (taskset), so 2 ranks outnumber it."""
+    def yields(np_, env_extra=None):
+        mark = uuid.uuid4().hex
+        env = hvdtest.marked_env(mark, ARGS.bin, **(env_extra or {}))
+        rc, so, se, dt = run(["taskset", "-c", "0"] +
+                             driver("run", "-np", str(np_), "--local", "1", *mpi_opts(), "--", "sh", "-c",
+                                    "echo yield=${OMPI_MCA_mpi_yield_when_idle:-unset}"),
+                             env)
+        check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        hvdtest.assert_no_leftovers(mark)
+        got = re.findall(r"yield=(\w+)", so)
+        check(len(got) == np_, "every rank printed its setting:\n" + so)
+        return set(got)
+
+    crowded = yields(2)
+    if ARGS.mpi == "mpich":
+        check(crowded == {"unset"}, "Hydra's ranks get no Open MPI parameter: %s" % crowded)
+        return
+    check(crowded == {"1"}, "2 ranks on 1 CPU yield: %s" % crowded)
+    check(yields(1) == {"unset"}, "1 rank on 1 CPU is left polling")
+    check(yields(2, {"OMPI_MCA_mpi_yield_when_idle": "0"}) == {"0"}, "the user's value wins")
+
+
 def test_failing_rank():
     needs_fake_hostnames(2)
     mark = uuid.uuid4().hex
