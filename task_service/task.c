@@ -80,11 +80,35 @@ static int init_env(hvd_task *t, char *const *base, hvd_err *err) {
     return t->cmd_env ? 0 : -1;
 }
 
-/* A TCP port free on this host now (the kernel's pick for port 0), for the rank that rendezvous
- * with torch.distributed at MASTER_PORT; 0 if there is none. Another process may take it
- * before the rank binds it, as with every free-port pick (torchrun's included). */
+/* The lowest port of the kernel's ephemeral range (net.ipv4.ip_local_port_range), or 0. */
+static unsigned ephemeral_low(void) {
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    unsigned low = 0, high = 0;
+    if (f) {
+        if (fscanf(f, "%u %u", &low, &high) != 2) low = 0;
+        fclose(f);
+    }
+    return low;
+}
+
+/* A TCP port free on this host now, for the rank that rendezvous with torch.distributed at
+ * MASTER_PORT; 0 if there is none. Picked at random below the kernel's ephemeral range where
+ * it can be: the kernel's own pick for port 0 comes from that range, from which it also takes
+ * the local ports of outgoing connections, and one of the job's own connections had taken it
+ * by the time rank 0 bound it (EADDRINUSE from torch's TCPStore in about 1 of 30 jobs of
+ * bench/torch). Another process may still bind it first, as with every free-port pick
+ * (torchrun's included). */
 static uint16_t free_port(void) {
+    unsigned low = ephemeral_low(), span = low > 2048 ? low / 2 : 0;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)hvd_now_ns();
     uint16_t port = 0;
+    for (int tries = 0; tries < 32 && span; tries++) { /* in [low - span, low) */
+        int fd = hvd_listen_tcp(NULL, (uint16_t)(low - span + rand_r(&seed) % span), &port, NULL);
+        if (fd >= 0) {
+            close(fd);
+            return port;
+        }
+    }
     int fd = hvd_listen_tcp(NULL, 0, &port, NULL);
     if (fd < 0) return 0;
     close(fd);

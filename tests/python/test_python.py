@@ -90,6 +90,10 @@ def test_values():
     addr, port = masters.pop()
     check(addr and port and port.isdigit() and 0 < int(port) < 65536,
           "MASTER_ADDR and MASTER_PORT set: %r %r" % (addr, port))
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    check(int(port) < low, "MASTER_PORT %s is below the ephemeral ports (from %d), which the "
+          "job's own connections take" % (port, low))
 
 
 def fails_on_two():
