@@ -34,8 +34,13 @@ void rt_entry_fail(rt_entry *e, int code, const char *msg) {
     e->error = strdup(msg);
 }
 
-int64_t rt_entry_fusable_bytes(const rt_entry *e, int64_t threshold) {
-    if (e->p.optype != RT_ALLREDUCE || threshold <= 0) return 0;
+bool rt_entry_fusable(const rt_entry *e, int64_t threshold) {
+    if (e->p.optype != RT_ALLREDUCE || threshold <= 0) return false;
     int64_t bytes = e->p.count * (int64_t)rt_dtype_size(e->p.dtype);
-    return bytes <= threshold ? bytes : 0;
+    if (!e->p.on_device && bytes >= RT_FUSION_HOST_ALONE_BYTES) return false;
+    return bytes <= threshold;
+}
+
+int64_t rt_entry_fusable_bytes(const rt_entry *e, int64_t threshold) {
+    return rt_entry_fusable(e, threshold) ? e->p.count * (int64_t)rt_dtype_size(e->p.dtype) : 0;
 }

@@ -56,8 +56,7 @@ int rt_fusion_plan(rt_entry **entries, size_t n, int64_t threshold, rt_group_lis
     size_t nopen = 0;
     for (size_t i = 0; i < n; i++) {
         rt_entry *e = entries[i];
-        int64_t bytes = e->p.count * (int64_t)rt_dtype_size(e->p.dtype);
-        if (e->p.optype != RT_ALLREDUCE || threshold <= 0 || bytes > threshold) {
+        if (!rt_entry_fusable(e, threshold)) {
             out->group_of[i] = new_group(out, e);
             continue;
         }

@@ -298,6 +298,25 @@ static void test_fusion_plan(void) {
     CHECK(rt_fusion_plan(v, 14, 0, &gl) == 0);
     CHECK(gl.n == 14);
     rt_group_list_free(&gl);
+    /* Host allreduces of RT_FUSION_HOST_ALONE_BYTES or more run alone however high the
+     * threshold; device ones of that size still fuse, and so do smaller host ones. */
+    int64_t big = RT_FUSION_HOST_ALONE_BYTES / 4; /* float32 elements */
+    e[0].p = mkp(big);
+    e[1].p = mkp(big);
+    e[2].p = mkp(big - 1);
+    e[3].p = mkp(big - 1);
+    e[4].p = mkp(big);
+    e[5].p = mkp(big);
+    e[4].p.on_device = e[5].p.on_device = true;
+    CHECK(rt_fusion_plan(v, 6, (int64_t)1 << 30, &gl) == 0);
+    CHECK(gl.n == 4);
+    CHECK(gl.v[0].n == 1 && gl.v[0].entries[0] == &e[0]);
+    CHECK(gl.v[1].n == 1 && gl.v[1].entries[0] == &e[1]);
+    CHECK(gl.v[2].n == 2 && gl.v[2].entries[0] == &e[2] && gl.v[2].entries[1] == &e[3]);
+    CHECK(gl.v[3].n == 2 && gl.v[3].entries[0] == &e[4] && gl.v[3].entries[1] == &e[5]);
+    CHECK(rt_entry_fusable_bytes(&e[0], (int64_t)1 << 30) == 0);
+    CHECK(rt_entry_fusable_bytes(&e[2], (int64_t)1 << 30) == (big - 1) * 4);
+    rt_group_list_free(&gl);
 }
 
 int main(void) {
