@@ -84,7 +84,9 @@ static const char USAGE[] =
     "                      openmpi4 (Open MPI <= 4.1: -mca plm_rsh_agent, orted),\n"
     "                      openmpi5 (Open MPI 5, PRRTE: --prtemca plm_ssh_agent, prted),\n"
     "                      mpich (MPICH, Intel MPI: Hydra's -launcher-exec, hydra_pmi_proxy)\n"
-    "                      or auto (the default: ask the launcher, mpirun --version)\n"
+    "                      or auto (the default: ask the launcher, mpirun --version);\n"
+    "                      --mpi with no such name after it is horovodrun's flag (MPI\n"
+    "                      is all hvd-bridge runs)\n"
     "  --mpirun PATH       the launcher to run (default: mpirun in PATH)\n"
     "  --mpi-arg ARG       pass ARG to mpirun (repeat for several words)\n"
     "  --results-json FILE write every rank's result as JSON\n"
@@ -197,6 +199,20 @@ static int number(const char *opt, const char *text, int min, int max, int *out)
     return hvd_parse_int(text, min, max, opt, out, &err) == 0 ? 0 : usage_error(err.msg);
 }
 
+/* --mpi IMPL, or horovodrun's flag --mpi ("use MPI", what hvd-bridge always does) when the
+ * word after it names no MPI: that word is then read again, as an option or as the command
+ * (horovodrun -np 4 --mpi python train.py). A word that looks like a misspelt MPI is refused. */
+static int take_mpi(const char *v, char **argv, launch_opts *o) {
+    if (hvd_mpi_impl_parse(v, &o->mpi) == 0) return 0;
+    bool separate = v == argv[optind - 1]; /* not --mpi=WORD */
+    bool mpi_like = !strncmp(v, "openmpi", 7) || !strncmp(v, "mpich", 5) ||
+                    !strncmp(v, "intel", 5) || !strncmp(v, "ompi", 4);
+    if (!separate || mpi_like)
+        return usage_error("--mpi must be openmpi4, openmpi5, mpich or auto");
+    optind--;
+    return 0;
+}
+
 /* One option. Returns 0, or the exit status. */
 static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
     switch (c) {
@@ -216,9 +232,7 @@ static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
         hvd_strb_add(&o->mpi_argb, v);
         return 0;
     case OPT_MPI:
-        return hvd_mpi_impl_parse(v, &o->mpi) == 0
-                   ? 0
-                   : usage_error("--mpi must be openmpi4, openmpi5, mpich or auto");
+        return take_mpi(v, argv, o);
     case OPT_MPIRUN:
         o->mpirun = v;
         return 0;

@@ -378,8 +378,9 @@ def test_cannot_start():
 
 def test_horovodrun_flags():
     """horovodrun's command line: -H localhost:N runs local task services, --output-filename
-    writes one log per rank, the command may follow the options without --, and a hostfile's
-    slots= or $HOROVOD_ELASTIC_TIMEOUT that is no number is refused in one line."""
+    writes one log per rank, the command may follow the options without --, a hostfile's
+    slots= or $HOROVOD_ELASTIC_TIMEOUT that is no number is refused in one line, and --mpi
+    without a value is horovodrun's flag."""
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logs")
@@ -408,6 +409,16 @@ def test_horovodrun_flags():
                                         ["true"], dict(hvdtest.marked_env(mark, ARGS.bin), **env), cwd=d,
                                         timeout=JOB_LIMIT)
             check(rc == 2 and says in se and se.count("\n") == 1, "%s %s: %d\n%s" % (hosts, env, rc, se))
+        # horovodrun's flag --mpi (no value): before an option and right before the command.
+        rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "--mpi", "-np", "2",
+                                     "-H", "localhost:2", "--mpi", "sh", "-c", "echo mpi-$OMPI_COMM_WORLD_RANK"],
+                                    hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+        check(rc == 0 and "mpi-0" in so and "mpi-1" in so, "--mpi as a flag: %d\n%s\n%s" % (rc, so, se))
+        rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "-H",
+                                     "localhost:2", "--mpi", "openmpi6", "true"],
+                                    hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+        check(rc == 2 and "--mpi must be openmpi4, openmpi5, mpich or auto" in se,
+              "an MPI --mpi does not know is refused: %d\n%s" % (rc, se))
     hvdtest.assert_no_leftovers(mark)
 
 
