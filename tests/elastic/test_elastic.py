@@ -35,7 +35,11 @@ RANK_ASAN = ["--mpi-arg", "-x", "--mpi-arg",
              "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1"]
 
 
-def sgd_arg(log, epochs=6, sleep=15, **extra):
+def sgd_arg(log, epochs=6, sleep=30, **extra):
+    """The training example's --entry-arg. sleep: ms per step, so that a kill or a grow at an
+    early commit lands in the middle of training (96 steps at 6 epochs: about 3 s; with 15 ms,
+    since 4 ranks on 2 CPUs yield instead of polling, the first launch could end before a kill
+    at commit 3 took effect: once in CI)."""
     kv = dict(epochs=epochs, commit=4, sleep=sleep, log=log, **extra)
     return ",".join("%s=%s" % (k, v) for k, v in kv.items())
 
@@ -160,12 +164,15 @@ def test_kill_host():
             job.wait_commit(3, "the first launch committing")
             victims = job.task_pids({2, 3})
             check(len(victims) == 2, "the two task services of the second host: %s" % victims)
+            killed_at = time.time()
             hvdtest.kill(victims)
             rc, err = job.finish()
             check(rc == 0, "the job failed after losing a host (%d):\n%s" % (rc, err[-4000:]))
             resets = reset_lines(err)
+            later = [" ".join(l) for l in job.lines() if float(l[0]) >= killed_at]
             check(len(resets) == 1 and "went away" in resets[0] and "now 2 ranks" in resets[0],
-                  "one reset line naming the lost task and the new size: %s" % resets)
+                  "one reset line naming the lost task and the new size: %s\n(killed %s at %.3f; "
+                  "the training log from then: %s)\n%s" % (resets, victims, killed_at, later[:12], err[-3000:]))
             check(re.search(r"resuming from commit \d+", resets[0]),
                   "the reset names the commit it resumes from: %s" % resets[0])
             check("job failed" not in err and "blacklisted" not in err,
