@@ -407,7 +407,11 @@ def test_driver_elastic_discovery():
         log = os.path.join(c.tmp, "train.log")
         cmd = c.driver("--min-np", "2", "--max-np", "4", "--host-discovery-script", "cat " + hosts,
                        "--ssh", "--entry", ARGS.train_lib + ":hvd_example_train_sgd_elastic",
-                       "--entry-arg", "epochs=20,commit=4,sleep=40,log=" + log)
+                       "--entry-arg", "epochs=20,commit=4,sleep=40,log=" + log,
+                       # Under ASan the ranks leave leak checking to the runtime's own tests: a
+                       # rank that resets exits without MPI_Finalize, and Open MPI's plugins'
+                       # memory cannot be told apart (as in tests/elastic/test_elastic.py).
+                       "--mpi-arg", "-x", "--mpi-arg", "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1")
         del cmd[cmd.index("--ssh-hosts"):cmd.index("--ssh-hosts") + 2]
         cmd[cmd.index("-np") + 1] = "2"
         err = open(os.path.join(c.tmp, "driver.err"), "w+b")
