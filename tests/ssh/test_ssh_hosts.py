@@ -405,13 +405,18 @@ def test_driver_elastic_discovery():
         with open(hosts, "w") as f:
             f.write("127.0.0.2:2\n")
         log = os.path.join(c.tmp, "train.log")
+        rank_tsan = hvdtest.mpi_under_tsan(dict(c.env))
         cmd = c.driver("--min-np", "2", "--max-np", "4", "--host-discovery-script", "cat " + hosts,
                        "--ssh", "--entry", ARGS.train_lib + ":hvd_example_train_sgd_elastic",
                        "--entry-arg", "epochs=20,commit=4,sleep=40,log=" + log,
-                       # Under ASan the ranks leave leak checking to the runtime's own tests: a
-                       # rank that resets exits without MPI_Finalize, and Open MPI's plugins'
-                       # memory cannot be told apart (as in tests/elastic/test_elastic.py).
-                       "--mpi-arg", "-x", "--mpi-arg", "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1")
+                       # The ranks run under task services that ssh started, with none of this
+                       # environment: under ASan they leave leak checking to the runtime's own
+                       # tests (a rank that resets exits without MPI_Finalize, and Open MPI's
+                       # plugins' memory cannot be told apart: tests/elastic/test_elastic.py),
+                       # under TSan they need Open MPI's suppressions (builds without either
+                       # sanitizer ignore both).
+                       "--mpi-arg", "-x", "--mpi-arg", "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1",
+                       "--mpi-arg", "-x", "--mpi-arg", "TSAN_OPTIONS=" + rank_tsan["TSAN_OPTIONS"])
         del cmd[cmd.index("--ssh-hosts"):cmd.index("--ssh-hosts") + 2]
         cmd[cmd.index("-np") + 1] = "2"
         err = open(os.path.join(c.tmp, "driver.err"), "w+b")
