@@ -1,10 +1,8 @@
-/* The process runner: owner side (hvd_proc_*), keeper and command child. See proc.h for
- * the design. Everything from `keeper_main` down runs in forked children of a possibly
- * multithreaded process: only async-signal-safe calls (raw system calls) there, no malloc, no
- * stdio, no locks. The memory those children use is allocated by the owner before fork. */
+/* The process runner, owner side (hvd_proc_*). See proc.h for the design; the keeper and the
+ * command child are in keeper.c. */
 #include "common/proc.h"
 
-#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,6 +29,7 @@
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/io.h"
+#include "keeper.h"
 
 extern char **environ;
 
@@ -38,61 +37,8 @@ extern char **environ;
 #define WAIT_P_PIDFD ((idtype_t)3)
 
 /* How long start waits for the keeper to report the shell's pid. The keeper does a few
- * system calls and one fork, so this only fires if the machine is in deep trouble. */
+ * system calls, an exec and one fork, so this only fires if the machine is in deep trouble. */
 #define KEEPER_REPORT_TIMEOUT_MS 10000
-
-/* While killing: how often the keeper re-walks /proc for processes forked in the meantime. */
-#define KILL_REWALK_MS 50
-
-/* Descendants the keeper tracks during one /proc walk. Beyond this it still signals what it
- * finds, and later rounds pick up the rest as their parents die and they are re-parented. */
-#define KEEPER_MAX_TRACKED 8192
-
-/* Bound on /proc walk passes (a pass finds one more level of the tree, in the worst case). */
-#define WALK_MAX_PASSES 64
-
-/* Control socket messages (SOCK_SEQPACKET, one struct per packet). */
-enum {
-    MSG_ABORT = 'A', /* owner -> keeper: abort the command */
-    MSG_KILL = 'K',  /* owner -> keeper: kill the command now (no grace period) */
-    MSG_PID = 'P',   /* keeper -> owner: value = the shell's pid */
-    MSG_FAIL = 'F',  /* keeper -> owner: setup step `value` failed with errno `err` */
-    MSG_EXIT = 'X',  /* keeper -> owner: value = exit code, err = the signal that ended the
-                        command (0: it exited); sent just before the keeper exits */
-};
-
-/* The keeper setup steps that can fail, as reported in MSG_FAIL. */
-enum { STEP_FDS, STEP_DEVNULL, STEP_SIGNALFD, STEP_FORK };
-
-struct ctl_msg {
-    int32_t tag;   /* MSG_* */
-    int32_t value; /* pid, exit code or STEP_* */
-    int32_t err;   /* errno for MSG_FAIL */
-};
-
-/* Everything the keeper and the command child need, prepared by the owner before fork. */
-struct keeper {
-    char *sh_argv[4];        /* {"sh", "-c", command, NULL} for a shell command */
-    const char *path;        /* the program to exec: "/bin/sh", or argv[0] found in PATH */
-    char *const *argv;       /* its arguments: sh_argv, or the spec's argv */
-    char *const *envp;       /* the command's environment */
-    const char *cwd;         /* working directory or NULL */
-    const char *hostname;    /* the command's own hostname (a new UTS namespace), or NULL */
-    const char *cleanup_dir; /* emptied and removed by the keeper at the end, or NULL */
-    int grace_ms;            /* SIGTERM -> SIGKILL */
-    pid_t owner;             /* the owner's pid: the keeper's parent while the owner lives */
-    int fallbacks;           /* don't use close_range / pidfd (tests) */
-    int ctl;                 /* keeper's end of the control socket (the lifeline) */
-    int out_w, err_w;        /* the child's stdout/stderr: pipe write ends, or passed fds */
-    int done_w;              /* write end of the done pipe (exit fd without pidfd), or -1 */
-    int extra[HVD_PROC_MAX_EXTRA_FDS]; /* the command's descriptors 3.. (spec.extra_fds) */
-    int n_extra;
-    pid_t self;                        /* the keeper's own pid */
-    pid_t shell;                       /* the command child's pid */
-    size_t n_tracked;                  /* used entries of tracked[] */
-    pid_t tracked[KEEPER_MAX_TRACKED]; /* the keeper and its descendants found so far */
-    _Alignas(8) char dents[8192];      /* getdents64 buffer */
-};
 
 struct hvd_proc {
     pid_t keeper;    /* the keeper (our child) */
@@ -113,441 +59,6 @@ static atomic_int force_fallbacks;
 void hvd_proc_force_fallbacks(int on) {
     atomic_store(&force_fallbacks, on);
 }
-
-static int exit_code_of(int status) {
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return 255;
-}
-
-/* ------------------------------------------------------------------------------------------
- * Async-signal-safe helpers, used in the forked children. */
-
-/* _exit, as the raw system call: sanitizers intercept _exit and may replace a status of 0
- * with their own (TSan: 66 after a report inherited from the owner). */
-__attribute__((noreturn)) static void child_exit(int code) {
-    for (;;)
-        syscall(SYS_exit_group, code);
-}
-
-static size_t str_len(const char *s) {
-    size_t n = 0;
-    while (s[n])
-        n++;
-    return n;
-}
-
-/* Writes "hvd-task: cannot <what> <arg>: errno <e>\n" to fd. */
-static void child_report(int fd, const char *what, const char *arg, int e) {
-    char num[16];
-    size_t i = sizeof num;
-    unsigned v = (unsigned)e;
-    do {
-        num[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v && i > 0);
-    (void)hvd_write_all(fd, "hvd-task: cannot ", 17);
-    (void)hvd_write_all(fd, what, str_len(what));
-    (void)hvd_write_all(fd, " ", 1);
-    (void)hvd_write_all(fd, arg, str_len(arg));
-    (void)hvd_write_all(fd, ": errno ", 8);
-    (void)hvd_write_all(fd, num + i, sizeof num - i);
-    (void)hvd_write_all(fd, "\n", 1);
-}
-
-/* Parses a decimal process id or descriptor number; -1 if s is not one. */
-static long parse_num(const char *s) {
-    long v = 0;
-    if (!*s) return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9' || v > 0x7fffffff / 10) return -1;
-        v = v * 10 + (*s - '0');
-    }
-    return v;
-}
-
-/* Closes every descriptor >= lowfd. */
-static void close_from(int lowfd, int fallbacks) {
-#ifdef SYS_close_range
-    if (!fallbacks && syscall(SYS_close_range, (unsigned)lowfd, ~0U, 0) == 0) return;
-#endif
-    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir >= 0) {
-        _Alignas(8) char buf[1024];
-        long n;
-        while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
-            for (long off = 0; off < n;) {
-                struct dirent64 *d = (struct dirent64 *)(void *)(buf + off);
-                off += d->d_reclen;
-                long fd = parse_num(d->d_name);
-                if (fd >= lowfd && fd != dir) close((int)fd);
-            }
-        }
-        close(dir);
-        return;
-    }
-    struct rlimit rl;
-    long max = 65536;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) max = (long)rl.rlim_cur;
-    if (max > (1L << 20)) max = 1L << 20;
-    for (long fd = lowfd; fd < max; fd++)
-        close((int)fd);
-}
-
-/* Reads the parent pid and state letter of process `name` (a /proc entry) through the
- * /proc directory descriptor. Returns 0, or -1 if the process is gone. */
-static int read_stat(int proc, const char *name, pid_t *ppid, char *state) {
-    char path[32];
-    size_t n = str_len(name);
-    if (n > sizeof path - 6) return -1;
-    for (size_t i = 0; i < n; i++)
-        path[i] = name[i];
-    const char *tail = "/stat";
-    for (size_t i = 0; i <= 5; i++)
-        path[n + i] = tail[i];
-    int fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    char buf[512];
-    ssize_t len;
-    do {
-        len = read(fd, buf, sizeof buf - 1);
-    } while (len < 0 && errno == EINTR);
-    close(fd);
-    if (len <= 0) return -1;
-    /* "pid (comm) S ppid ...": comm may contain anything, so look for the last ')'. */
-    ssize_t r = len - 1;
-    while (r >= 0 && buf[r] != ')')
-        r--;
-    if (r < 0 || r + 4 >= len) return -1;
-    *state = buf[r + 2];
-    long v = 0;
-    for (ssize_t i = r + 4; i < len && buf[i] >= '0' && buf[i] <= '9'; i++)
-        v = v * 10 + (buf[i] - '0');
-    *ppid = (pid_t)v;
-    return 0;
-}
-
-static int is_tracked(const struct keeper *k, pid_t pid) {
-    for (size_t i = 0; i < k->n_tracked; i++)
-        if (k->tracked[i] == pid) return 1;
-    return 0;
-}
-
-/* Sends sig to pid, which a /proc read just showed to be a descendant. With a pidfd, the
- * process is pinned first and re-checked, so a recycled pid is never signalled. */
-static void signal_descendant(struct keeper *k, int proc, const char *name, pid_t pid, int sig) {
-    if (!k->fallbacks) {
-        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (pfd >= 0) {
-            pid_t ppid;
-            char state;
-            if (read_stat(proc, name, &ppid, &state) == 0 && is_tracked(k, ppid))
-                syscall(SYS_pidfd_send_signal, pfd, sig, NULL, 0);
-            close(pfd);
-            return;
-        }
-        if (errno == ESRCH) return;
-    }
-    kill(pid, sig);
-}
-
-/* Sends sig to every live descendant of the keeper: scans /proc for processes whose parent is
- * the keeper or an already found descendant, until a pass finds no new one. Returns how many
- * processes were signalled. */
-static int signal_tree(struct keeper *k, int sig) {
-    int signalled = 0;
-    k->tracked[0] = k->self;
-    k->n_tracked = 1;
-    for (int pass = 0; pass < WALK_MAX_PASSES; pass++) {
-        int found = 0;
-        int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (proc < 0) return signalled;
-        long n;
-        while ((n = syscall(SYS_getdents64, proc, k->dents, sizeof k->dents)) > 0) {
-            for (long off = 0; off < n;) {
-                struct dirent64 *d = (struct dirent64 *)(void *)(k->dents + off);
-                off += d->d_reclen;
-                long pid = parse_num(d->d_name);
-                pid_t ppid;
-                char state;
-                if (pid <= 0 || is_tracked(k, (pid_t)pid)) continue;
-                if (read_stat(proc, d->d_name, &ppid, &state) != 0 || !is_tracked(k, ppid))
-                    continue;
-                if (k->n_tracked < KEEPER_MAX_TRACKED) k->tracked[k->n_tracked++] = (pid_t)pid;
-                found = 1;
-                if (state == 'Z' || state == 'X') continue; /* dead, waiting to be reaped */
-                signal_descendant(k, proc, d->d_name, (pid_t)pid, sig);
-                signalled++;
-            }
-        }
-        close(proc);
-        if (!found) break;
-    }
-    return signalled;
-}
-
-static void send_msg(int fd, int tag, int value, int err) {
-    struct ctl_msg m = {tag, value, err};
-    while (send(fd, &m, sizeof m, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-    }
-}
-
-/* Moves fds[0..n) (entries < 0 are skipped) to descriptors 3..3+n-1, close-on-exec, closes
- * every other descriptor >= 3, and points 0, 1 and 2 at /dev/null. */
-static int keeper_fds(int *fds, int n, int fallbacks) {
-    for (int i = 0; i < n; i++) {
-        if (fds[i] < 0) continue;
-        fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3 + n);
-        if (fds[i] < 0) return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        if (fds[i] < 0) {
-            close(3 + i);
-            continue;
-        }
-        if (dup3(fds[i], 3 + i, O_CLOEXEC) < 0) return -1;
-        fds[i] = 3 + i;
-    }
-    close_from(3 + n, fallbacks);
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null < 0) return -2;
-    for (int fd = 0; fd <= 2; fd++)
-        if (null != fd && dup2(null, fd) < 0) return -2;
-    if (null > 2) close(null);
-    return 0;
-}
-
-/* The command child: new session, stdio, no other descriptor, exec the program (/bin/sh for a
- * shell command). `sync` is closed once the session exists. */
-__attribute__((noreturn)) static void shell_main(const struct keeper *k, int sync) {
-    setsid(); /* cannot fail: a fresh child is no process group leader */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    close(sync);                               /* tells the keeper that we are in our own session */
-    if (getppid() != k->self) child_exit(127); /* the keeper died already */
-    int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (in < 0 || dup2(in, 0) < 0 || dup2(k->out_w, 1) < 0 || dup2(k->err_w, 2) < 0) {
-        child_report(k->err_w, "set up stdio for", k->path, errno);
-        child_exit(127);
-    }
-    /* The extra descriptors sit above the keeper's four (keeper_fds), so moving them down in
-     * order never overwrites one not yet moved. dup2 clears close-on-exec. */
-    for (int i = 0; i < k->n_extra; i++)
-        if (dup2(k->extra[i], 3 + i) < 0) {
-            child_report(2, "pass a descriptor to", k->path, errno);
-            child_exit(127);
-        }
-    close_from(3 + k->n_extra, k->fallbacks);
-    if (k->cwd && chdir(k->cwd) != 0) {
-        child_report(2, "change to directory", k->cwd, errno);
-        child_exit(127);
-    }
-    if (k->hostname &&
-        (unshare(CLONE_NEWUTS) != 0 || sethostname(k->hostname, strlen(k->hostname)) != 0)) {
-        child_report(2, "give a hostname of its own (UTS namespace) to", k->path, errno);
-        child_exit(127);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    execve(k->path, k->argv, k->envp);
-    child_report(2, "run", k->path, errno);
-    child_exit(127);
-}
-
-enum { K_RUNNING, K_TERMINATING, K_KILLING };
-
-/* What the keeper's loop tracks. */
-struct keeper_state {
-    int state;        /* K_* */
-    int ctl_open;     /* the lifeline is still connected */
-    int shell_done;   /* the command child has been reaped */
-    int shell_status; /* its wait status */
-    int64_t deadline; /* K_TERMINATING: when SIGKILL follows */
-    int sfd;          /* signalfd: SIGCHLD and the parent-death signal */
-};
-
-/* Empties and removes k->cleanup_dir (Open MPI's session and shared-memory files). */
-static void remove_cleanup_dir(struct keeper *k) {
-    if (!k->cleanup_dir) return;
-    int dir = open(k->cleanup_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-    if (dir < 0) return;
-    hvd_empty_dir_at(dir);
-    close(dir);
-    rmdir(k->cleanup_dir);
-}
-
-/* Leaves the owner's signal dispositions, session and descriptors behind; reports a failing
- * step to the owner and exits. Returns the signalfd for SIGCHLD and the parent-death signal.
- * Signals arrive blocked (the owner blocked them all around fork) and stay blocked: those two
- * are read through the signalfd, the rest stay pending forever, which is how the keeper
- * ignores SIGINT, SIGTERM and SIGHUP. */
-static int keeper_setup(struct keeper *k) {
-    /* The owner's handlers must never run here, and dispositions are inherited by the
-     * command: SIG_IGN would survive exec, and SIGCHLD ignored would auto-reap our children. */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
-
-    setsid(); /* out of the owner's process group: group signals to the owner miss us */
-    prctl(PR_SET_PDEATHSIG, SIGUSR1);
-    if (getppid() != k->owner) child_exit(1); /* the owner died before we started anything */
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    prctl(PR_SET_NAME, "hvd-keeper"); /* for ps/top; argv still shows the owner's */
-    k->self = getpid();
-
-    int fds[4 + HVD_PROC_MAX_EXTRA_FDS] = {k->ctl, k->out_w, k->err_w, k->done_w};
-    for (int i = 0; i < k->n_extra; i++)
-        fds[4 + i] = k->extra[i];
-    int r = keeper_fds(fds, 4 + k->n_extra, k->fallbacks);
-    k->ctl = fds[0];
-    k->out_w = fds[1];
-    k->err_w = fds[2];
-    k->done_w = fds[3];
-    for (int i = 0; i < k->n_extra; i++)
-        k->extra[i] = fds[4 + i];
-    if (r < 0) {
-        send_msg(k->ctl, MSG_FAIL, r == -1 ? STEP_FDS : STEP_DEVNULL, errno);
-        child_exit(127);
-    }
-    sigset_t watched;
-    sigemptyset(&watched);
-    sigaddset(&watched, SIGCHLD);
-    sigaddset(&watched, SIGUSR1);
-    int sfd = signalfd(-1, &watched, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0) {
-        send_msg(k->ctl, MSG_FAIL, STEP_SIGNALFD, errno);
-        child_exit(127);
-    }
-    return sfd;
-}
-
-/* Forks the command child and tells the owner its pid once it leads its own session and
- * group (the child closes its end of a pipe when it does). */
-static void keeper_spawn(struct keeper *k) {
-    int sync[2];
-    if (pipe2(sync, O_CLOEXEC) != 0) {
-        send_msg(k->ctl, MSG_FAIL, STEP_FDS, errno);
-        child_exit(127);
-    }
-    k->shell = fork();
-    if (k->shell == 0) {
-        close(sync[0]);
-        shell_main(k, sync[1]);
-    }
-    if (k->shell < 0) {
-        send_msg(k->ctl, MSG_FAIL, STEP_FORK, errno);
-        child_exit(127);
-    }
-    close(sync[1]);
-    char b;
-    while (read(sync[0], &b, 1) < 0 && errno == EINTR) {
-    }
-    close(sync[0]);
-    send_msg(k->ctl, MSG_PID, k->shell, 0);
-    /* Only the command holds its output and extra descriptors now: their readers see
-     * end-of-file when it and its descendants are done with them. */
-    close(k->out_w);
-    close(k->err_w);
-    for (int i = 0; i < k->n_extra; i++)
-        close(k->extra[i]);
-}
-
-/* Reaps everything that has exited; once the command child and every descendant are gone, the
- * command has ended: cleans up, reports the exit code and exits. */
-static void keeper_reap(struct keeper *k, struct keeper_state *ks) {
-    for (;;) {
-        int status;
-        pid_t p = waitpid(-1, &status, WNOHANG);
-        if (p > 0) {
-            if (p == k->shell) {
-                ks->shell_done = 1;
-                ks->shell_status = status;
-            }
-            continue;
-        }
-        if (p < 0 && errno == EINTR) continue;
-        if (p < 0 && errno == ECHILD) {
-            int code = exit_code_of(ks->shell_status);
-            int sig = WIFSIGNALED(ks->shell_status) ? WTERMSIG(ks->shell_status) : 0;
-            remove_cleanup_dir(k);
-            send_msg(k->ctl, MSG_EXIT, code, sig);
-            child_exit(code);
-        }
-        return;
-    }
-}
-
-/* Waits for a signal, an owner message or the next kill round. Returns the grace period (ms)
- * of an abort when the command must be aborted: the owner asked (with its grace, or ours),
- * or is gone (lifeline cut, or our parent changed); -1 otherwise. An owner that asks for the
- * command's end now (MSG_KILL) moves the keeper to its killing state directly. */
-static int keeper_wait(struct keeper *k, struct keeper_state *ks) {
-    struct pollfd pf[2] = {{.fd = ks->sfd, .events = POLLIN}, {.fd = k->ctl, .events = POLLIN}};
-    int timeout = ks->state == K_TERMINATING ? hvd_ms_left(ks->deadline)
-                  : ks->state == K_KILLING   ? KILL_REWALK_MS
-                                             : -1;
-    if (poll(pf, ks->ctl_open ? 2 : 1, timeout) < 0) return -1;
-    int grace = -1;
-    if (pf[0].revents) {
-        struct signalfd_siginfo si;
-        while (read(ks->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-            /* Parent-death signal: also sent when just the forking thread exits, in which
-             * case the owner process, our parent, is still there. */
-            if (si.ssi_signo == SIGUSR1 && getppid() != k->owner) grace = k->grace_ms;
-        }
-    }
-    if (ks->ctl_open && pf[1].revents) {
-        struct ctl_msg m;
-        ssize_t n = recv(k->ctl, &m, sizeof m, MSG_DONTWAIT);
-        if (n == (ssize_t)sizeof m && m.tag == MSG_ABORT) {
-            grace = m.value >= 0 ? m.value : k->grace_ms;
-        } else if (n == (ssize_t)sizeof m && m.tag == MSG_KILL) {
-            ks->state = K_KILLING; /* SIGKILL in the next round, right away */
-        } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-            ks->ctl_open = 0; /* lifeline cut: the owner is gone */
-            grace = k->grace_ms;
-        }
-    }
-    return grace;
-}
-
-/* SIGTERM (and SIGCONT: stopped processes must run to handle it) to the command's group and
- * every descendant; SIGKILL follows after grace_ms. */
-static void keeper_terminate(struct keeper *k, struct keeper_state *ks, int grace_ms) {
-    ks->state = K_TERMINATING;
-    ks->deadline = hvd_now_ms() + grace_ms;
-    if (!ks->shell_done) {
-        kill(-k->shell, SIGTERM);
-        kill(-k->shell, SIGCONT);
-    }
-    signal_tree(k, SIGTERM);
-    signal_tree(k, SIGCONT);
-}
-
-__attribute__((noreturn)) static void keeper_main(struct keeper *k) {
-    struct keeper_state ks = {.state = K_RUNNING, .ctl_open = 1};
-    ks.sfd = keeper_setup(k);
-    keeper_spawn(k);
-    for (;;) {
-        keeper_reap(k, &ks);
-        if (ks.state == K_TERMINATING && hvd_now_ms() >= ks.deadline) ks.state = K_KILLING;
-        if (ks.state == K_KILLING) {
-            /* The child's pid, and so its group id, stays ours until we reap it. */
-            if (!ks.shell_done) kill(-k->shell, SIGKILL);
-            signal_tree(k, SIGKILL);
-        }
-        int grace = keeper_wait(k, &ks);
-        if (grace >= 0 && ks.state == K_RUNNING)
-            keeper_terminate(k, &ks, grace);
-        else if (grace >= 0 && ks.state == K_TERMINATING && hvd_now_ms() + grace < ks.deadline)
-            ks.deadline = hvd_now_ms() + grace; /* a second abort that cannot wait as long */
-    }
-}
-
-/* ------------------------------------------------------------------------------------------
- * Owner side. */
 
 /* Whether pidfd_open and waitid(P_PIDFD) work here (Linux 5.4+). Probed once. */
 static int pidfd_usable(void) {
@@ -580,6 +91,10 @@ static const char *step_name(int step) {
         return "create a signalfd";
     case STEP_FORK:
         return "fork the command's process";
+    case STEP_EXEC:
+        return "start (exec) the keeper program";
+    case STEP_ARGS:
+        return "read its arguments (an hvd-keeper of another version? set HVD_KEEPER)";
     default:
         return "start";
     }
@@ -597,7 +112,7 @@ static void drain_ctl(hvd_proc *c) {
 
 /* Waits for the keeper to report the shell's pid. Returns 0, or -1 with err filled (the
  * keeper has then exited or been killed, and is reaped). */
-static int await_shell(hvd_proc *c, const char *path, hvd_err *err) {
+static int await_shell(hvd_proc *c, const char *path, const char *program, hvd_err *err) {
     struct ctl_msg m = {0, 0, 0};
     int64_t deadline = hvd_now_ms() + KEEPER_REPORT_TIMEOUT_MS;
     ssize_t n = -1;
@@ -615,7 +130,12 @@ static int await_shell(hvd_proc *c, const char *path, hvd_err *err) {
         c->shell = m.value;
         return 0;
     }
-    if (n == (ssize_t)sizeof m && m.tag == MSG_FAIL) {
+    if (n == (ssize_t)sizeof m && m.tag == MSG_FAIL && m.value == STEP_EXEC) {
+        hvd_err_set(err, HVD_E_INTERNAL,
+                    "cannot start the command: its keeper program %s did not start: %s (set "
+                    "HVD_KEEPER to the right hvd-keeper, or to 'none' to keep commands without it)",
+                    program ? program : "?", strerror(m.err));
+    } else if (n == (ssize_t)sizeof m && m.tag == MSG_FAIL) {
         hvd_err_set(err, HVD_E_INTERNAL,
                     "cannot start the command: its keeper process could not %s: %s",
                     step_name(m.value), strerror(m.err));
@@ -714,9 +234,53 @@ static int channels_open(channels *ch, const hvd_proc_spec *spec, int use_pidfd,
     return 0;
 }
 
-/* Fills the keeper's instructions from the spec and the channels. */
-static void keeper_prepare(struct keeper *k, const hvd_proc_spec *spec, char *path,
-                           const channels *ch, int fallbacks) {
+/* Whether path names an executable regular file. */
+static int is_program(const char *path) {
+    struct stat st;
+    return access(path, X_OK) == 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Looks for hvd-keeper in dir, dir/bin and dir/../bin (the programs beside a program, a Python
+ * package's bin/ beside its extension, the build's or the prefix's bin/ beside lib/). */
+static int keeper_beside(const char *dir, char *out, size_t cap) {
+    static const char *const where[] = {"%s/hvd-keeper", "%s/bin/hvd-keeper",
+                                        "%s/../bin/hvd-keeper"};
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+        int n = snprintf(out, cap, where[i], dir);
+        if (n > 0 && (size_t)n < cap && is_program(out)) return 1;
+    }
+    return 0;
+}
+
+/* The keeper program to exec, in out; or NULL: keep the command in place (a forked copy of this
+ * process). HVD_KEEPER names it ('none': in place); else hvd-keeper in $HVD_BIN_DIR, then beside
+ * the object that holds this code (a program, libhvd_jni.so, the Python extension). */
+static const char *keeper_program(char *out, size_t cap) {
+    const char *env = getenv("HVD_KEEPER");
+    if (env && strcmp(env, "none") == 0) return NULL;
+    if (env && *env) return snprintf(out, cap, "%s", env) < (int)cap ? out : NULL;
+    const char *bin = getenv("HVD_BIN_DIR");
+    if (bin && *bin && keeper_beside(bin, out, cap)) return out;
+    char dir[PATH_MAX];
+    Dl_info info;
+    const char *obj = NULL;
+    if (dladdr((void *)hvd_proc_start, &info) && info.dli_fname && strchr(info.dli_fname, '/'))
+        obj = realpath(info.dli_fname, dir);
+    if (!obj) { /* a symbol of the main program: dladdr may give its name without a path */
+        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+        if (n <= 0) return NULL;
+        dir[n] = '\0';
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash) return NULL;
+    *slash = '\0';
+    return keeper_beside(dir, out, cap) ? out : NULL;
+}
+
+/* Fills the keeper's instructions from the spec and the channels; with a keeper program, also
+ * its arguments. Returns 0, or -1 when out of memory. */
+static int keeper_prepare(struct keeper *k, const hvd_proc_spec *spec, char *path,
+                          const channels *ch, int fallbacks, const char *program) {
     memset(k, 0, offsetof(struct keeper, tracked));
     if (spec->command) {
         k->sh_argv[0] = "sh";
@@ -741,6 +305,18 @@ static void keeper_prepare(struct keeper *k, const hvd_proc_spec *spec, char *pa
     k->n_extra = spec->n_extra_fds;
     for (int i = 0; i < k->n_extra; i++)
         k->extra[i] = spec->extra_fds[i];
+    k->env_fd = -1;
+    k->program = program;
+    if (!program) return 0;
+    if (!(k->program_argv = hvd_keeper_argv(k))) return -1;
+    return (k->env_fd = hvd_keeper_env_fd(k->envp)) < 0 ? -1 : 0;
+}
+
+/* Frees what keeper_prepare made: the keeper program's arguments and environment memfd. */
+static void keeper_release(struct keeper *k) {
+    free(k->program_argv);
+    if (k->env_fd >= 0) close(k->env_fd);
+    free(k);
 }
 
 /* Forks the keeper with every signal blocked (no handler of ours may run in the child before
@@ -750,7 +326,7 @@ static pid_t fork_keeper(struct keeper *k) {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t pid = fork();
-    if (pid == 0) keeper_main(k);
+    if (pid == 0) hvd_keeper_start(k);
     int saved = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     errno = saved;
@@ -802,10 +378,18 @@ hvd_proc *hvd_proc_start(const hvd_proc_spec *spec, hvd_err *err) {
     c->ctl = c->out_fd = c->err_fd = c->exit_fd = -1;
     c->exit_record = -1;
     if (channels_open(&ch, spec, use_pidfd, err) != 0) goto fail;
-    keeper_prepare(k, spec, path, &ch, fallbacks);
+    char program_buf[PATH_MAX];
+    const char *program = keeper_program(program_buf, sizeof program_buf);
+    if (keeper_prepare(k, spec, path, &ch, fallbacks, program) != 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "cannot start the command: preparing its keeper: %s",
+                    strerror(errno));
+        keeper_release(k);
+        k = NULL;
+        goto fail;
+    }
     c->keeper = fork_keeper(k);
     int fork_errno = errno;
-    free(k);
+    keeper_release(k);
     k = NULL;
     hvd_close_fd(&ch.sv[1]);
     hvd_close_fd(&ch.out[1]);
@@ -816,7 +400,8 @@ hvd_proc *hvd_proc_start(const hvd_proc_spec *spec, hvd_err *err) {
                     strerror(fork_errno));
         goto fail;
     }
-    if (adopt_channels(c, &ch, use_pidfd, err) != 0 || await_shell(c, path, err) != 0) goto fail;
+    if (adopt_channels(c, &ch, use_pidfd, err) != 0 || await_shell(c, path, program, err) != 0)
+        goto fail;
     free(path);
     return c;
 

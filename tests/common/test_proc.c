@@ -2,7 +2,9 @@
  * output through the formatter, environment, working directory, stdin, descriptor hygiene,
  * abort of process trees (trapped SIGTERM, setsid, re-parented daemons) with the grace
  * period, the lifeline when the owner is SIGKILLed, daemons that outlive the shell,
- * back-pressure, and the fallbacks for old kernels.
+ * back-pressure, and the fallbacks for old kernels. Everything runs twice: with the keeper
+ * program hvd-keeper (HVD_KEEPER, what every program and library finds beside it) and with the
+ * keeper in place (HVD_KEEPER=none, a forked copy of this process).
  *
  * Processes of a command are found by a unique marker variable in their environment
  * (HVD_TEST_MARK), so the checks see every process the command left, wherever it went. Waits
@@ -875,9 +877,73 @@ static void test_fallbacks(void) {
     hvd_proc_force_fallbacks(0);
 }
 
-int main(void) {
-    /* The tests send signals to their own children only; make a stray SIGPIPE visible. */
-    signal(SIGPIPE, SIG_DFL);
+/* The process's VmRSS in KiB, or -1. */
+static long vmrss_kib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmRSS:", 6) == 0) kib = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kib;
+}
+
+/* The keeper of a command started now, with HVD_KEEPER set to `keeper`: its program (the
+ * target of /proc/PID/exe) and VmRSS. */
+static void keeper_seen(const char *keeper, char *exe, size_t cap, long *rss_kib) {
+    setenv("HVD_KEEPER", keeper, 1);
+    exe[0] = '\0';
+    *rss_kib = -1;
+    hvd_proc *c = start("sleep 1000", NULL, NULL, 0);
+    if (!c) return;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)hvd_proc_keeper_pid(c));
+    /* The forked child is the keeper once it has reported the command's pid (start returned),
+     * so what runs now is the keeper itself. */
+    ssize_t n = readlink(path, exe, cap - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    *rss_kib = vmrss_kib(hvd_proc_keeper_pid(c));
+    hvd_proc_free(c);
+}
+
+/* A large owner (an executor's JVM) is not duplicated by its keeper: with the keeper program,
+ * the keeper's VmRSS is its own few MiB; in place it carries a copy of the owner's touched heap,
+ * which YARN's process-tree memory check (the sum of VmRSS) counts a second time. */
+static void test_keeper_program(void) {
+    const size_t ballast_bytes = (size_t)256 << 20;
+    char *ballast = malloc(ballast_bytes);
+    if (!ballast) return;
+    memset(ballast, 1, ballast_bytes);
+    char exe[PATH_MAX];
+    long exec_rss, inplace_rss;
+    keeper_seen(HVD_TEST_KEEPER, exe, sizeof exe, &exec_rss);
+    CHECK_MSG(strstr(exe, "/hvd-keeper") != NULL, "the keeper runs %s", exe);
+    keeper_seen("none", exe, sizeof exe, &inplace_rss);
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    CHECK_MSG(strcmp(exe, self) == 0, "in place, the keeper runs %s", exe);
+    fprintf(stderr, "     keeper VmRSS with a 256 MiB owner: %ld KiB exec'd, %ld KiB in place\n",
+            exec_rss, inplace_rss);
+    CHECK_MSG(exec_rss > 0 && exec_rss < 32 * 1024, "exec'd keeper VmRSS %ld KiB", exec_rss);
+    CHECK_MSG(inplace_rss > 256 * 1024, "in-place keeper VmRSS %ld KiB", inplace_rss);
+    free(ballast);
+}
+
+/* A keeper program that cannot start fails the start with an error that names it. */
+static void test_keeper_program_missing(void) {
+    setenv("HVD_KEEPER", "/nonexistent/hvd-keeper", 1);
+    hvd_err err = {0};
+    hvd_proc_spec spec = {.command = "true"};
+    hvd_proc *c = hvd_proc_start(&spec, &err);
+    CHECK(c == NULL);
+    CHECK_MSG(strstr(err.msg, "/nonexistent/hvd-keeper") && strstr(err.msg, "HVD_KEEPER"), "%s",
+              err.msg);
+    hvd_proc_free(c);
+}
+
+static void run_all(void) {
     RUN(test_exit_codes);
     RUN(test_exit_fd_readable_when_ended);
     RUN(test_output_streams);
@@ -900,5 +966,18 @@ int main(void) {
     RUN(test_starting_thread_exits);
     RUN(test_concurrent_starts);
     RUN(test_fallbacks);
+}
+
+int main(void) {
+    /* The tests send signals to their own children only; make a stray SIGPIPE visible. */
+    signal(SIGPIPE, SIG_DFL);
+    fprintf(stderr, "-- keeper program %s\n", HVD_TEST_KEEPER);
+    setenv("HVD_KEEPER", HVD_TEST_KEEPER, 1);
+    run_all();
+    fprintf(stderr, "-- keeper in place (HVD_KEEPER=none)\n");
+    setenv("HVD_KEEPER", "none", 1);
+    run_all();
+    RUN(test_keeper_program);
+    RUN(test_keeper_program_missing);
     return test_finish();
 }

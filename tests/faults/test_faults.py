@@ -475,21 +475,22 @@ def task_part(argv):
 def chaos_parts(procs, driver_pid):
     """{kind: [(pid, part)]} of the job's processes now; part is what the driver's line should
     name: "task 2", "rank 3", "hvd-rsh", "orted", "mpirun", None for the driver. A keeper (the
-    forked process that runs one command for hvd-driver or hvd-task: a local task, mpirun,
-    orted) is named by its owner's part or its command's: "task 2|orted"; one that keeps no
-    process at that moment is left out."""
+    process that runs one command for hvd-driver or hvd-task: a local task, mpirun, orted;
+    hvd-keeper, or a forked copy of its owner with HVD_KEEPER=none) is named by its owner's part
+    or its command's: "task 2|orted"; one that keeps no process at that moment is left out."""
     out = {k: [] for k in CHAOS_KINDS}
     parents = {pid: hvdtest.parent_of(pid) for pid in procs}
     for pid, p in sorted(procs.items()):
         b, argv = base(p.argv), p.argv
         parent = procs.get(parents[pid])
+        owner = base(parent.argv) if parent is not None else None
         if pid == driver_pid:
             out["driver"].append((pid, None))
-        elif parent is not None and base(parent.argv) == b and b in ("hvd-driver", "hvd-task"):
+        elif owner in ("hvd-driver", "hvd-task") and b in (owner, "hvd-keeper"):
             kept = [procs[c] for c in procs if parents[c] == pid]
             if not kept:  # between commands, or a short helper's (mpirun --version) that ended
                 continue
-            names = [] if b == "hvd-driver" else [task_part(argv)]
+            names = [] if owner == "hvd-driver" else [task_part(parent.argv)]
             for k in kept:
                 kb = base(k.argv)
                 names.append(task_part(k.argv) if kb == "hvd-task" else "mpirun" if kb in ("mpirun", "orterun")

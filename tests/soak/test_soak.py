@@ -13,7 +13,9 @@ left when serve and the tasks have ended.
 CI runs 30 jobs; `--full` runs 500 and is what docs/reliability.md shows (`--write-doc`, with a
 plot when gnuplot is there). The JVM's own soak is the jni_soak test (JniTest soak: a
 DriverService and two elastic TaskServices in one JVM, JobOptions.keepTasks); its samples,
-written with -Dhvdbridge.soak.out=FILE, join the doc with --jvm-samples FILE."""
+written with -Dhvdbridge.soak.out=FILE, join the doc with --jvm-samples FILE; jni_soak_fresh
+(JniTest soak_fresh: a DriverService and task services of its own per job, as each Spark call
+starts them) joins with --jvm-fresh-samples FILE."""
 import json
 import os
 import subprocess
@@ -173,7 +175,7 @@ plot "%s" using 1:2 with lines lw 2 lc rgb "#1f77b4" title "driver VmRSS", \\
         return r.returncode == 0
 
 
-def doc_body(samples, bad, png_ok, jvm=None):
+def doc_body(samples, bad, png_ok, jvm=None, jvm_fresh=None):
     jobs = samples[-1]["job"] + 1
     picks = sorted(set([0, 1, 5, 10] + [jobs * k // 10 for k in range(1, 10)] + [jobs - 1]))
     rows = [s for s in samples if s["job"] in picks]
@@ -200,36 +202,49 @@ def doc_body(samples, bad, png_ok, jvm=None):
     if png_ok:
         L += ["", "![VmRSS and descriptors against jobs](img/soak.png)"]
     if jvm:
-        L += jvm_table(jvm)
-    L += ["", "Not covered: fresh task services per job (serve keeps the ones that registered; "
-          "`hvd_bridge.spark.run` starts a Spark stage of new ones per call)."]
+        L += jvm_table(jvm, False)
+    if jvm_fresh:
+        L += jvm_table(jvm_fresh, True)
     return "\n".join(L)
 
 
-def jvm_table(samples):
-    """The JVM soak's section lines (JniTest soak's JSON lines)."""
+def jvm_table(samples, fresh):
+    """A JVM soak's section lines (JniTest soak's or soak_fresh's JSON lines)."""
     jobs = samples[-1]["job"]
     warm = max(5, jobs // 5)
     base = next(s for s in samples if s["job"] == warm)["jvm"]
-    rest = [s["jvm"] for s in samples if warm < s["job"] < jobs]
+    rest = [s["jvm"] for s in samples if warm < s["job"] and (fresh or s["job"] < jobs)]
     picks = sorted(set([1, 5, 10] + [jobs * k // 10 for k in range(1, 11)]))
     secs = sorted(s["seconds"] for s in samples)
-    L = ["", "### The JVM: %d jobs through one `DriverService` (tests/jni JniTest soak)" % jobs, "",
-         "A `DriverService` and two `TaskService`s started with `Config.elastic(true)`, all in one JVM "
-         "(as in a Spark driver that hosts both, the case with the most native state in one process), "
-         "running %d jobs of 2 ranks back to back with `JobOptions.keepTasks(true)` (the last job shuts "
-         "the tasks down); the JVM's descriptors, threads and VmRSS after each job. CI runs 30 (jni_soak: "
-         "after the warm-up, descriptors and threads within 4 of their value at its end, the JVM's own "
-         "coming and going, and VmRSS within 16 MiB)." % jobs,
-         "", "A job took %.2f s median, %.2f s at most. After job %d: %d descriptors, %d threads, %d KiB; "
+    if fresh:
+        L = ["", "### The JVM: %d jobs, each over a `DriverService` and task services of its own "
+             "(tests/jni JniTest soak_fresh)" % jobs, "",
+             "Each job starts a `DriverService` and two `TaskService`s in one JVM, runs 2 ranks and "
+             "closes them all, as each call of `HorovodSpark.run` or `hvd_bridge.spark.run` starts its "
+             "own; the JVM's descriptors, threads and VmRSS after each job. CI runs 30 (jni_soak_fresh, "
+             "the same bounds as jni_soak)."]
+    else:
+        L = ["", "### The JVM: %d jobs through one `DriverService` (tests/jni JniTest soak)" % jobs, "",
+             "A `DriverService` and two `TaskService`s started with `Config.elastic(true)`, all in one JVM "
+             "(as in a Spark driver that hosts both, the case with the most native state in one process), "
+             "running %d jobs of 2 ranks back to back with `JobOptions.keepTasks(true)` (the last job shuts "
+             "the tasks down); the JVM's descriptors, threads and VmRSS after each job. CI runs 30 (jni_soak: "
+             "after the warm-up, descriptors and threads within 4 of their value at its end, the JVM's own "
+             "coming and going, and VmRSS within 16 MiB)." % jobs]
+    L += ["", "A job took %.2f s median, %.2f s at most. After job %d: %d descriptors, %d threads, %d KiB; "
          "afterwards at most %d descriptors, %d threads, %d KiB." % (
              secs[len(secs) // 2], secs[-1], warm, base["fds"], base["threads"], base["rss_kib"],
              max(s["fds"] for s in rest), max(s["threads"] for s in rest), max(s["rss_kib"] for s in rest)),
-         "", "| after job | JVM fds / threads / VmRSS KiB |", "|---|---|"]
+          "", "| after job | JVM fds / threads / VmRSS KiB |", "|---|---|"]
     for s in samples:
         if s["job"] in picks:
             L.append("| %d | %d / %d / %d |" % (s["job"], s["jvm"]["fds"], s["jvm"]["threads"], s["jvm"]["rss_kib"]))
     return L
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def main():
@@ -238,6 +253,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=30, help="jobs back to back (--full: 500)")
     ap.add_argument("--full", action="store_true", help="500 jobs")
     ap.add_argument("--jvm-samples", help="the JVM soak's JSON lines, for the doc (see above)")
+    ap.add_argument("--jvm-fresh-samples", help="JniTest soak_fresh's JSON lines, for the doc")
     reldoc.add_options(ap)
     ARGS = ap.parse_args()
     if ARGS.full:
@@ -255,11 +271,8 @@ def main():
         print(json.dumps(s))
     if ARGS.write_doc:
         png = os.path.join(os.path.dirname(ARGS.doc), "img", "soak.png")
-        jvm = None
-        if ARGS.jvm_samples:
-            with open(ARGS.jvm_samples) as f:
-                jvm = [json.loads(line) for line in f if line.strip()]
-        reldoc.write_section(ARGS.doc, "soak", doc_body(samples, bad, plot(samples, png), jvm))
+        jvm = [read_jsonl(p) if p else None for p in (ARGS.jvm_samples, ARGS.jvm_fresh_samples)]
+        reldoc.write_section(ARGS.doc, "soak", doc_body(samples, bad, plot(samples, png), *jvm))
     if bad:
         print("FAIL soak: did not level off: " + "; ".join(bad))
         return 1

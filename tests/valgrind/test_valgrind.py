@@ -26,10 +26,11 @@ Every log is parsed. A process is one of:
               indirectly lost block;
   fork child  a child forked by the program (its parent is the same program). One that
               execs another program (mpirun, orted, /bin/sh) leaves no exit report and is
-              not counted. One that exits without exec (hvd-task's command keeper) is
-              checked for errors, but its leak figures are not counted: a child forked from
-              a multi-threaded process holds heap blocks that only the parent's other
-              threads pointed to, which valgrind reports as lost.
+              not counted (hvd-keeper, the command keeper, runs natively). One that
+              exits without exec (the keeper with HVD_KEEPER=none) is checked for errors,
+              but its leak figures are not counted: a child forked from a multi-threaded
+              process holds heap blocks that only the parent's other threads pointed to,
+              which valgrind reports as lost.
 The test fails, printing the offending records with their stacks, on any such error, when
 a job does not end as expected, or when a process of a job is left behind.
 
@@ -302,7 +303,8 @@ def doc_body(tally, jobs, version, failed, elapsed):
             "natively. *Errors*: invalid reads/writes/frees, uninitialised values and definitely or "
             "indirectly lost blocks, all of which fail the test. Byte columns are summed over the "
             "programs' own processes. *Fork children checked*: children that exit without exec "
-            "(hvd-task's command keeper), checked for errors but not for leaks (blocks that only the "
+            "(the command keeper with HVD_KEEPER=none; by default it is hvd-keeper, exec'd, which runs "
+            "natively), checked for errors but not for leaks (blocks that only the "
             "parent's other threads pointed to look lost in a forked child). *Possibly lost* and "
             "*still reachable* are informational (possibly lost: the thread stacks glibc caches after a join; "
             "still reachable of hvd-exec varies between runs of failing_rank, where mpirun ends the job "

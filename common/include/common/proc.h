@@ -9,8 +9,11 @@
  *   owner (this process) --fork--> keeper --fork--> /bin/sh -c <command> (or the program)
  *                                                     --> descendants...
  *
- * The keeper is a small forked process that never execs and runs only async-signal-safe code.
- * It makes itself a child subreaper, so every orphaned descendant of the command (double
+ * The keeper is the small program hvd-keeper, forked and exec'd, so that it costs its own
+ * megabyte and not a copy of a large owner (a JVM executor) in the eyes of a memory check that
+ * sums VmRSS; without the program (HVD_KEEPER=none, or none found) the forked child itself is
+ * the keeper, running only async-signal-safe code (keeper.h says where the program is looked
+ * for). It makes itself a child subreaper, so every orphaned descendant of the command (double
  * forks, daemons, setsid'd processes) is re-parented to it, and it blocks every signal it
  * does not read itself, so terminal and group signals (SIGINT, SIGTERM, SIGHUP) cannot kill
  * it. The owner and the keeper share a control socket, which is also the lifeline: when the
@@ -31,9 +34,9 @@
  *
  * Threads: start and free may be called from any thread, also concurrently for different
  * commands; one command object must be used by one thread at a time. The library forks from
- * the calling thread and runs only async-signal-safe code in the children, so it is safe in a
- * multithreaded process such as a JVM. All descriptors it creates are close-on-exec; the
- * command's stdin is /dev/null and it inherits no descriptor of this process other than its
+ * the calling thread and runs only async-signal-safe code in the children before they exec, so it
+ * is safe in a multithreaded process such as a JVM. All descriptors it creates are close-on-exec;
+ * the command's stdin is /dev/null and it inherits no descriptor of this process other than its
  * stdout and stderr (pipes, or descriptors the caller passes) and the extra descriptors the
  * spec names. */
 #ifndef HVD_COMMON_PROC_H

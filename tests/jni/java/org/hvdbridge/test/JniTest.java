@@ -64,12 +64,14 @@ public final class JniTest {
             case "job": job(); break;
             case "jobs": jobs(); break;
             case "soak": soak(); break;
+            case "soak_fresh": soakFresh(); break;
             case "ancestry": ancestry(); break;
             case "failing_rank": failingRank(); break;
             case "argv": argv(); break;
             case "close_running": closeRunning(); break;
             case "load": load(); break;
             case "repeat": repeat(); break;
+            case "keeper": keeper(); break;
             default: throw new IllegalArgumentException("unknown case " + which);
             }
             System.out.printf("PASS %s (%.1f s, library from %s)%n", which, (System.nanoTime() - t0) / 1e9,
@@ -500,39 +502,143 @@ public final class JniTest {
     static final int JVM_NOISE = 4;
 
     static void soak() throws Exception {
-        int jobs = Integer.getInteger("hvdbridge.soak.jobs", 30), n = 2, warm = Math.max(5, jobs / 5);
+        soakLoop(false);
+    }
+
+    /** As soak, each job over a DriverService and task services of its own (as each call of
+     *  hvd_bridge.spark.run or HorovodSpark.run starts them), all in this JVM. */
+    static void soakFresh() throws Exception {
+        soakLoop(true);
+    }
+
+    /** One soak job: runs it, checks it succeeded. */
+    interface SoakJob {
+        void run(int job, boolean last) throws Exception;
+    }
+
+    static void soakLoop(boolean fresh) throws Exception {
+        int n = 2;
+        EntryPoint entry = EntryPoint.sharedObject(probeLib, "probe_entry", null);
+        if (fresh) {
+            soakMeasure(true, (job, last) -> {
+                try (DriverService d = DriverService.start(n, entry, null)) {
+                    List<TaskThread> tasks = startTasks(d, n, 1, null);
+                    JobResult jr = d.runJob(opts(null));
+                    check(jr.succeeded(), "job " + job + " failed: " + jr.failureMessage());
+                    joinTasks(tasks, 30_000);
+                }
+            });
+            return;
+        }
+        try (DriverService d = DriverService.start(n, entry, null)) {
+            List<TaskThread> tasks = startTasks(d, n, 1, null, true);
+            soakMeasure(false, (job, last) -> {
+                JobResult jr = d.runJob(opts(null).keepTasks(!last));
+                check(jr.succeeded(), "job " + job + " failed: " + jr.failureMessage());
+            });
+            joinTasks(tasks, 30_000);
+        }
+    }
+
+    /** Runs the soak's jobs, reading the JVM's descriptors, threads and VmRSS after each and
+     *  checking them against their values at the end of the warm-up; the last job of a soak
+     *  over the same services shut them down, so it is not checked. */
+    static void soakMeasure(boolean fresh, SoakJob body) throws Exception {
+        int jobs = Integer.getInteger("hvdbridge.soak.jobs", 30), warm = Math.max(5, jobs / 5);
         String out = System.getProperty("hvdbridge.soak.out");
         List<String> lines = new ArrayList<>();
         int baseFds = 0, baseThreads = 0;
         long baseRss = 0;
-        try (DriverService d = DriverService.start(n, EntryPoint.sharedObject(probeLib, "probe_entry", null), null)) {
-            List<TaskThread> tasks = startTasks(d, n, 1, null, true);
-            for (int job = 1; job <= jobs; job++) {
-                long t0 = System.nanoTime();
-                JobResult jr = d.runJob(opts(null).keepTasks(job < jobs));
-                check(jr.succeeded(), "job " + job + " failed: " + jr.failureMessage());
-                double secs = (System.nanoTime() - t0) / 1e9;
-                int fds = count("/proc/self/fd"), threads = count("/proc/self/task");
-                long rss = vmRssKib();
-                lines.add(String.format("{\"job\": %d, \"seconds\": %.3f, \"jvm\": {\"fds\": %d, "
-                                        + "\"threads\": %d, \"rss_kib\": %d}}", job, secs, fds, threads, rss));
-                if (job == warm) {
-                    baseFds = fds;
-                    baseThreads = threads;
-                    baseRss = rss;
-                } else if (job > warm && job < jobs) { /* the last job shut the tasks down */
-                    check(fds <= baseFds + JVM_NOISE, "job " + job + ": " + fds + " descriptors, " + baseFds
-                                                      + " after job " + warm);
-                    check(threads <= baseThreads + JVM_NOISE, "job " + job + ": " + threads + " threads, "
-                                                              + baseThreads + " after job " + warm);
-                    check(rss - baseRss < 16 * 1024, "job " + job + ": VmRSS " + rss + " KiB, " + baseRss
-                                                     + " after job " + warm);
-                }
-                if (job % 50 == 0 || job == jobs) System.out.println(lines.get(lines.size() - 1));
+        for (int job = 1; job <= jobs; job++) {
+            long t0 = System.nanoTime();
+            body.run(job, job == jobs);
+            double secs = (System.nanoTime() - t0) / 1e9;
+            int fds = count("/proc/self/fd"), threads = count("/proc/self/task");
+            long rss = vmRssKib();
+            lines.add(String.format("{\"job\": %d, \"fresh\": %b, \"seconds\": %.3f, \"jvm\": {\"fds\": %d, "
+                                    + "\"threads\": %d, \"rss_kib\": %d}}", job, fresh, secs, fds, threads, rss));
+            if (job == warm) {
+                baseFds = fds;
+                baseThreads = threads;
+                baseRss = rss;
+            } else if (job > warm && (fresh || job < jobs)) {
+                check(fds <= baseFds + JVM_NOISE, "job " + job + ": " + fds + " descriptors, " + baseFds
+                                                  + " after job " + warm);
+                check(threads <= baseThreads + JVM_NOISE, "job " + job + ": " + threads + " threads, "
+                                                          + baseThreads + " after job " + warm);
+                check(rss - baseRss < 16 * 1024, "job " + job + ": VmRSS " + rss + " KiB, " + baseRss
+                                                 + " after job " + warm);
             }
-            joinTasks(tasks, 30_000);
+            if (job % 50 == 0 || job == jobs) System.out.println(lines.get(lines.size() - 1));
         }
         if (out != null) Files.write(Paths.get(out), lines, StandardCharsets.UTF_8);
+    }
+
+    /** VmRSS of a process in KiB, or -1 once it is gone. */
+    static long vmRssKib(long pid) {
+        try {
+            for (String l : Files.readAllLines(Paths.get("/proc/" + pid + "/status"), StandardCharsets.UTF_8))
+                if (l.startsWith("VmRSS:")) return Long.parseLong(l.substring(6).trim().split("\\s+")[0]);
+        } catch (IOException | RuntimeException ignored) {
+        }
+        return -1;
+    }
+
+    /** The children of this JVM: pid -> the program they run (/proc/PID/exe). */
+    static java.util.Map<Long, String> children() {
+        java.util.Map<Long, String> out = new java.util.TreeMap<>();
+        try (DirectoryStream<Path> ds = Files.newDirectoryStream(Paths.get("/proc"), "[0-9]*")) {
+            for (Path p : ds) {
+                try {
+                    String stat = new String(Files.readAllBytes(p.resolve("stat")), StandardCharsets.UTF_8);
+                    String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+                    if (Long.parseLong(f[1]) != PID) continue;
+                    out.put(Long.parseLong(p.getFileName().toString()), Files.readSymbolicLink(p.resolve("exe")).toString());
+                } catch (IOException | RuntimeException gone) {
+                }
+            }
+        } catch (IOException ignored) {
+        }
+        return out;
+    }
+
+    /**
+     * The keepers of the commands this JVM runs (mpirun for its driver service, orted for its task
+     * services) while a job runs, with 256 MiB of touched heap in the JVM: with hvd-keeper found
+     * (HVD_BIN_DIR) each is a small program of its own; with HVD_KEEPER=none each is a forked copy
+     * of the JVM, whose VmRSS counts the JVM's heap again (what YARN's process-tree check sums).
+     */
+    static void keeper() throws Exception {
+        boolean inPlace = "none".equals(System.getenv("HVD_KEEPER"));
+        byte[] ballast = new byte[256 << 20];
+        java.util.Arrays.fill(ballast, (byte) 1);
+        int n = 2;
+        try (DriverService d = DriverService.start(n, EntryPoint.sharedObject(probeLib, "probe_entry", "sleep=3".getBytes()), null)) {
+            List<TaskThread> tasks = startTasks(d, n, 2, null);
+            AtomicReference<JobResult> jr = new AtomicReference<>();
+            Thread job = new Thread(() -> jr.set(d.runJob(opts(null))));
+            job.start();
+            java.util.Map<Long, Long> keepers = new java.util.TreeMap<>();
+            String java = Files.readSymbolicLink(Paths.get("/proc/self/exe")).toString();
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (job.isAlive() && keepers.size() < n + 1 && System.currentTimeMillis() < deadline) {
+                for (java.util.Map.Entry<Long, String> c : children().entrySet()) {
+                    boolean isKeeper = inPlace ? c.getValue().equals(java) : c.getValue().endsWith("/hvd-keeper");
+                    long rss = isKeeper ? vmRssKib(c.getKey()) : -1;
+                    if (rss > 0) keepers.put(c.getKey(), rss);
+                }
+                Thread.sleep(100);
+            }
+            long jvm = vmRssKib(PID);
+            job.join(120_000);
+            check(jr.get() != null && jr.get().succeeded(), "job: " + jr.get());
+            joinTasks(tasks, 30_000);
+            System.out.println("JVM VmRSS " + jvm + " KiB; keepers (" + (inPlace ? "in place" : "hvd-keeper") + ") VmRSS KiB: " + keepers.values());
+            check(keepers.size() == n + 1, "keepers of mpirun and " + n + " orteds while the job ran: " + keepers);
+            for (long rss : keepers.values())
+                check(inPlace ? rss > 256 * 1024 : rss < 16 * 1024, "keeper VmRSS " + rss + " KiB, JVM " + jvm + " KiB");
+        }
+        check(ballast[ballast.length - 1] == 1, "ballast");
     }
 
     /** Each rank descends from this JVM (the embedded task service ran orted). */
