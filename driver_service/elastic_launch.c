@@ -360,12 +360,20 @@ static void check_hosts(el_run *r) {
     el_plan next;
     if (el_plan_make(&r->hosts, r->tasks, r->ntasks, r->ec->max_np, hvd_now_ms(), &next) != 0)
         return;
-    if (next.n >= (size_t)r->ec->min_np && !el_plan_same(&next, &r->plan)) {
+    if (!el_plan_same(&next, &r->plan)) {
+        /* Below --min-np too (Horovod does the same): the hosts the discovery script no longer
+         * lists are not used any more, and the job waits up to --elastic-timeout for others. */
         char *hosts = el_plan_hosts(&next, r->tasks, r->ntasks);
         r->pending = true;
         hvd_driver_set_elastic(r->d, r->epoch, true);
-        launch_log(r->cfg, "the hosts changed (next: %s): the ranks reset at their next commit",
-                   hosts ? hosts : "?");
+        if (next.n >= (size_t)r->ec->min_np)
+            launch_log(r->cfg, "the hosts changed (next: %s): the ranks reset at their next commit",
+                       hosts ? hosts : "?");
+        else
+            launch_log(r->cfg,
+                       "the hosts changed (%zu slot(s) left: %s; --min-np %d): the ranks stop at "
+                       "their next commit and the job waits up to --elastic-timeout for hosts",
+                       next.n, hosts && *hosts ? hosts : "none", r->ec->min_np);
         free(hosts);
     }
     el_plan_free(&next);

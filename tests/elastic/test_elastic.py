@@ -112,8 +112,8 @@ class Job:
         return [float(w) for w in text.split()[:-1]], res
 
     def task_pids(self, indices):
-        """The hvd-task processes of these indices (not their keepers, forks that keep the
-        argv: children of an hvd-task)."""
+        """The hvd-task processes of these indices (not their keepers: hvd-keeper, or with
+        HVD_KEEPER=none forks that keep the argv, children of an hvd-task)."""
         found = [pid for pid, p in hvdtest.processes_with(self.mark).items()
                  if os.path.basename(p.argv[0]) == "hvd-task" and "--index" in p.argv and
                  int(p.argv[p.argv.index("--index") + 1]) in indices]
@@ -227,6 +227,57 @@ def test_grow():
                       "launch %d's output in %s: %s" % (launch, where, found))
         finally:
             job.close()
+
+
+def write_hosts(path, text):
+    with open(path + ".new", "w") as f:
+        f.write(text)
+    os.rename(path + ".new", path)
+
+
+def test_discovery_below_min():
+    """The discovery script drops a host below --min-np while the job trains. Back within
+    --elastic-timeout: the job waits, resumes over both hosts from the last commit and ends with
+    the weights of an undisturbed run. Gone for good: one clear line once the timeout is over,
+    a non-zero exit, nothing left running."""
+    with tempfile.TemporaryDirectory() as d:
+        ref = reference(d)
+        for back in (True, False):
+            sub = os.path.join(d, "back" if back else "gone")
+            os.mkdir(sub)
+            hosts = os.path.join(sub, "hosts")
+            write_hosts(hosts, "elminA:2\nelminB:2\n")
+            timeout = 60 if back else 3
+            job = Job(sub, ["--min-np", "4", "--max-np", "4", "--local", "1",
+                            "--host-discovery-script", "cat " + hosts,
+                            "--elastic-timeout", str(timeout)],
+                      sgd_arg(os.path.join(sub, "train.log")))
+            try:
+                job.wait_commit(2, "the first launch committing")
+                write_hosts(hosts, "elminA:2\n")
+                t_drop = time.time()
+                waiting = "waiting for hosts: 2 slot(s) usable, 4 needed"
+                if back:
+                    hvdtest.wait_for(lambda: waiting in job.stderr() or job.proc.poll() is not None,
+                                     JOB_LIMIT, "the driver waiting for hosts after elminB left")
+                    write_hosts(hosts, "elminA:2\nelminB:2\n")
+                rc, err = job.finish()
+                took = time.time() - t_drop
+                if back:
+                    check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
+                    check(waiting in err, "the driver said it waits for hosts:\n%s" % err[-3000:])
+                    starts = job.starts()
+                    check(len(starts) >= 2 and all(s[1] == 4 for s in starts),
+                          "every launch had 4 ranks (none below --min-np): %s" % starts)
+                    same_weights(job.weights()[0], ref)
+                else:
+                    check(rc != 0 and waiting in err, "the job must fail after waiting:\n%s" % err[-3000:])
+                    last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1]
+                    check("only 2 slot(s) were usable for 3 s, and 4 are needed" in last,
+                          "the last line says why: %s" % last)
+                    check(3 <= took < 30, "failed %.1f s after the drop (3 s timeout)" % took)
+            finally:
+                job.close()
 
 
 def test_blacklist():
