@@ -137,8 +137,8 @@ static int await_shell(hvd_proc *c, const char *path, const char *program, hvd_e
                     program ? program : "?", strerror(m.err));
     } else if (n == (ssize_t)sizeof m && m.tag == MSG_FAIL) {
         hvd_err_set(err, HVD_E_INTERNAL,
-                    "cannot start the command: its keeper process could not %s: %s",
-                    step_name(m.value), strerror(m.err));
+                    "cannot start the command: its keeper process could not %s%s%s",
+                    step_name(m.value), m.err ? ": " : "", m.err ? strerror(m.err) : "");
     } else {
         hvd_err_set(err, HVD_E_INTERNAL,
                     "cannot start the command: its keeper process (pid %d) %s before starting %s",

@@ -35,6 +35,10 @@ typedef struct drv_task {
     uint32_t watches;        /* WAIT_SHUTDOWN long-polls of this index held now */
     bool lost;               /* its last one broke before shutdown and none came since */
     bool done;               /* it said TASK_EV_DONE: its watch closing is a normal end */
+    bool used;               /* a rank ran in it since it registered (SET_LOCAL_RANK): a
+                                one-shot task (not info.elastic) is spent after the job. Not
+                                the agent's late report of its daemon: it may come after a
+                                new task service registered at the index */
     char lost_why[256];      /* what it said when it ended early (TASK_EV_ENDING), or "" */
     int lost_err;            /* the errno that broke it (ETIMEDOUT: partition) */
     uint64_t lost_seq;       /* when it was lost, in drv_registry.seq */
@@ -71,6 +75,9 @@ typedef struct drv_registry {
     size_t ncand;            /* <= DRV_MAX_CAND */
     hvd_result_msg *results; /* [n] by rank; .present says whether one was reported */
     uint64_t *result_order;  /* [n] by rank: 1, 2, ... in the order results arrived; 0: none */
+    uint64_t *gone_order;    /* [n] by rank: when its RANK_WATCH closed before it reported (in
+                                seq's order); 0: not seen go */
+    uint64_t job;            /* the active set's number: a watch of an earlier one is stale */
     uint32_t nresults;       /* ranks with a result */
     uint64_t seq;  /* the last order given: results, lost tasks and agent events share it, so
                       that the first part of a job to fail can be told (failure.c) */
@@ -105,6 +112,9 @@ int drv_reg_put(drv_registry *r, hvd_task_info *info, const char *peer, drv_put_
 int drv_reg_set_rank(drv_registry *r, const char *host_hash, uint32_t local_rank, uint32_t rank,
                      uint32_t *index, hvd_err *err);
 
+/* Forgets the ranks, results and reachability reports of the last job (the active set
+ * stays). */
+void drv_reg_new_job(drv_registry *r);
 /* Makes idx[0..n) (registered, distinct, < r->n) the active tasks and forgets the ranks,
  * results and reachability reports of the last set. Returns 0, or -1 with err. */
 int drv_reg_set_active(drv_registry *r, const uint32_t *idx, size_t n, hvd_err *err);
@@ -182,6 +192,13 @@ typedef struct drv_agent {
     struct drv_agent *prev, *next;
 } drv_agent;
 
+/* A rank whose RANK_WATCH is held (loop thread only). */
+typedef struct drv_rank_watch {
+    hvd_driver *d;
+    uint32_t rank;
+    uint64_t job; /* drv_registry.job when it came */
+} drv_rank_watch;
+
 /* A held WAIT_SHUTDOWN call (loop thread only). */
 typedef struct drv_held {
     hvd_driver *d;
@@ -241,6 +258,14 @@ int drv_install_handlers(hvd_driver *d);
  * ended early (NULL: nothing). */
 void drv_mark_lost(hvd_driver *d, drv_task *t, int err, const char *why);
 
+/* Answers the held WAIT_SHUTDOWN calls of the tasks marked in which[num_tasks] (loop
+ * thread). */
+void drv_answer_held_of(hvd_driver *d, const bool *which);
+/* Lets the spent one-shot task services (registered without elastic, used since) go
+ * between jobs: answers
+ * their WAIT_SHUTDOWN, so that they end at once, and forgets them, so that the next job waits
+ * for new ones at their indices. Any thread but the loop's. Returns how many. */
+uint32_t drv_release_one_shot(hvd_driver *d);
 /* Answers every held WAIT_SHUTDOWN call (loop thread). */
 void drv_answer_held(hvd_driver *d);
 

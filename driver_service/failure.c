@@ -265,8 +265,52 @@ static void on_task_event(hvd_call *call, const msgpack_object *body, void *user
     hvd_call_reply(call, &hvd_ack_desc, NULL);
 }
 
+/* ---- Ranks ------------------------------------------------------------------------------- */
+
+/* The rank's connection closed: before its result, the rank died then (a rank killed
+ * outright reports nothing, and mpirun SIGKILLs the others a moment later: which silent rank
+ * went first tells the cause from its echoes). */
+static void on_rank_gone(void *arg) {
+    drv_rank_watch *w = arg;
+    hvd_driver *d = w->d;
+    pthread_mutex_lock(&d->mu);
+    drv_registry *r = &d->reg;
+    if (w->job == r->job && w->rank < r->nact && !r->results[w->rank].present &&
+        !r->gone_order[w->rank] && job_running(d))
+        r->gone_order[w->rank] = ++r->seq;
+    pthread_mutex_unlock(&d->mu);
+    free(w);
+}
+
+static void on_rank_watch(hvd_call *call, const msgpack_object *body, void *user) {
+    hvd_driver *d = user;
+    hvd_rank_msg m;
+    hvd_err err;
+    if (hvd_msg_unpack(body, &hvd_rank_watch_desc, &m, &err) != 0) {
+        hvd_call_fail(call, HVD_E_PROTOCOL, "%s", err.msg);
+        return;
+    }
+    drv_rank_watch *w = malloc(sizeof *w);
+    if (!w) {
+        hvd_call_fail(call, HVD_E_INTERNAL, "the driver ran out of memory");
+        return;
+    }
+    pthread_mutex_lock(&d->mu);
+    *w = (drv_rank_watch){.d = d, .rank = m.rank, .job = d->reg.job};
+    uint32_t nranks = d->reg.nact;
+    pthread_mutex_unlock(&d->mu);
+    if (m.rank >= nranks) {
+        free(w);
+        hvd_call_fail(call, HVD_E_INVALID, "RANK_WATCH for rank %u, outside 0..%u", m.rank,
+                      nranks - 1);
+        return;
+    }
+    hvd_call_on_cancel(call, on_rank_gone, w); /* never answered: held until it closes */
+}
+
 int drv_install_agent_handlers(hvd_driver *d) {
     if (hvd_server_handle(d->srv, HVD_MSG_AGENT_WATCH, on_agent_watch, d) != 0 ||
+        hvd_server_handle(d->srv, HVD_MSG_RANK_WATCH, on_rank_watch, d) != 0 ||
         hvd_server_handle(d->srv, HVD_MSG_AGENT_REPORT, on_agent_report, d) != 0 ||
         hvd_server_handle(d->srv, HVD_MSG_TASK_EVENT, on_task_event, d) != 0)
         return -1;
@@ -341,21 +385,21 @@ bool hvd_driver_lost_during_job(hvd_driver *d, const hvd_rank_result *r, size_t 
 
 int hvd_driver_next_job(hvd_driver *d, hvd_err *err) {
     pthread_mutex_lock(&d->mu);
+    bool down = d->tasks_shutdown;
     drv_registry *r = &d->reg;
-    uint32_t *idx = malloc((r->nact ? r->nact : 1) * sizeof *idx);
-    int rc = idx ? 0 : hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
-    if (rc == 0) {
-        memcpy(idx, r->act, r->nact * sizeof *idx);
-        rc = drv_reg_set_active(r, idx, r->nact, err); /* the same tasks, nothing of the job */
-    }
-    if (rc == 0) {
+    if (!down) {
+        drv_reg_new_job(r); /* the same tasks, nothing of the job */
         d->nevents = 0;
         for (size_t i = 0; i < r->nhosts; i++)
             r->hosts[i].agent_seen = false;
     }
     pthread_mutex_unlock(&d->mu);
-    free(idx);
-    return rc;
+    if (down)
+        return hvd_err_set(err, HVD_E_STATE,
+                           "the task services were shut down after the last job: no job can "
+                           "follow");
+    drv_release_one_shot(d);
+    return 0;
 }
 
 /* ---- Agents that never came ----------------------------------------------------------------- */
@@ -391,9 +435,10 @@ void hvd_rank_failure_text(const hvd_rank_result *b, char *buf, size_t cap) {
     const char *host = b->host_hash ? b->host_hash : "?";
     if (!b->present)
         snprintf(buf, cap,
-                 "rank %d (task %s on %s) ended without reporting a result while the other ranks "
-                 "reported theirs: it was killed outright (SIGKILL, the OOM killer?) or crashed",
-                 b->rank, task, host);
+                 "rank %d (task %s on %s) ended without reporting a result %s: it was killed "
+                 "outright (SIGKILL, the OOM killer?) or crashed",
+                 b->rank, task, host,
+                 b->gone ? "(the first rank to go silently)" : "while other ranks reported theirs");
     else
         snprintf(buf, cap, "rank %d (task %s on %s) %s %d%s%s", b->rank, task, host,
                  b->stopped ? "was stopped with status" : "exited with status", b->status,

@@ -347,6 +347,19 @@ void drv_answer_held(hvd_driver *d) {
     }
 }
 
+void drv_answer_held_of(hvd_driver *d, const bool *which) {
+    for (;;) { /* from the head each time, as drv_answer_held does */
+        drv_held *h = d->held;
+        while (h && !which[h->index])
+            h = h->next;
+        if (!h) return;
+        held_unlink(d, h);
+        hvd_call *call = h->call;
+        free(h);
+        hvd_call_reply(call, &hvd_ack_desc, NULL);
+    }
+}
+
 static void on_wait_shutdown(hvd_call *call, const msgpack_object *body, void *user) {
     hvd_driver *d = user;
     hvd_index_msg m;

@@ -206,9 +206,58 @@ static void wait_for_results(hvd_driver *d, int np) {
     }
 }
 
+/* serve: waits until every task is in (registered, and the interfaces probed), then writes
+ * the env file. Returns 0, or -1 after saying why. */
+static int tasks_in(hvd_driver *d, const launch_opts *o, const launch_dir *dir, const char *addrs,
+                    ssh_tasks *ssh) {
+    hvd_err err;
+    char **ifaces = NULL, *hosts = NULL;
+    hvd_launch_config lc = {
+        .np = o->np, .mpi = o->mpi, .mpirun = o->mpirun, .rank_env = o->rank_env};
+    hvd_launch_parts parts = {0};
+    int rc = -1;
+    if (hvd_driver_wait_registration(d, o->start_timeout_s * 1000, &err) != 0 ||
+        hvd_driver_common_interfaces(d, o->start_timeout_s * 1000, &ifaces, &err) != 0 ||
+        !(hosts = hvd_driver_host_list(d, &err)) ||
+        hvd_launch_parts_make(d, &lc, ifaces, &parts, &err) != 0) {
+        print_start_error(&err, ssh);
+    } else if (write_env_file(o, dir, addrs, hosts, ifaces, &parts) != 0) {
+        fprintf(stderr, "hvd-driver: cannot write %s: %s\n", o->env_file, strerror(errno));
+    } else {
+        rc = 0;
+    }
+    hvd_launch_parts_free(&parts);
+    hvd_strv_free(ifaces);
+    free(hosts);
+    return rc;
+}
+
+/* serve: readies the driver for job `job`. Task services started without --elastic ran their
+ * one command and were let go: new ones must register at their indices first. Returns 0, or
+ * the exit status after saying why. */
+static int next_job(hvd_driver *d, const launch_opts *o, const launch_dir *dir, const char *addrs,
+                    ssh_tasks *ssh, int job) {
+    hvd_err err;
+    if (hvd_driver_next_job(d, &err) != 0) {
+        fprintf(stderr, "hvd-driver: cannot ready job %d: %s\n", job, err.msg);
+        return 1;
+    }
+    uint32_t in = hvd_driver_registered(d);
+    if (in < (uint32_t)o->np) {
+        fprintf(stderr,
+                "hvd-driver: %u of %d task services ran their one command (no --elastic) and "
+                "were let go: waiting for new ones to register for job %d\n",
+                o->np - in, o->np, job);
+        if (tasks_in(d, o, dir, addrs, ssh) != 0) return 1;
+    }
+    fprintf(stderr, "hvd-driver: ready for job %d: run mpirun with %s again\n", job, o->env_file);
+    return 0;
+}
+
 /* serve: each job's results, one job after another (--jobs). Returns the first failed job's
  * exit status, or 0. */
-static int serve_jobs(hvd_driver *d, const launch_opts *o) {
+static int serve_jobs(hvd_driver *d, const launch_opts *o, const launch_dir *dir, const char *addrs,
+                      ssh_tasks *ssh) {
     int rc = 0;
     for (int job = 1; o->jobs == 0 || job <= o->jobs; job++) {
         wait_for_results(d, o->np);
@@ -222,13 +271,8 @@ static int serve_jobs(hvd_driver *d, const launch_opts *o) {
         int jrc = report_results(d, o, &end);
         if (rc == 0) rc = jrc;
         if (last) break;
-        hvd_err err;
-        if (hvd_driver_next_job(d, &err) != 0) {
-            fprintf(stderr, "hvd-driver: cannot ready the next job: %s\n", err.msg);
-            return rc ? rc : 1;
-        }
-        fprintf(stderr, "hvd-driver: ready for job %d: run mpirun with %s again\n", job + 1,
-                o->env_file);
+        int nrc = next_job(d, o, dir, addrs, ssh, job + 1);
+        if (nrc != 0) return rc ? rc : nrc;
     }
     return rc;
 }
@@ -236,31 +280,10 @@ static int serve_jobs(hvd_driver *d, const launch_opts *o) {
 /* serve: the tasks are in; writes the env file and waits for the ranks. */
 static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, const char *addrs,
                  ssh_tasks *ssh) {
-    hvd_err err;
-    char **ifaces = NULL, *hosts = NULL;
-    hvd_launch_config lc = {
-        .np = o->np, .mpi = o->mpi, .mpirun = o->mpirun, .rank_env = o->rank_env};
-    hvd_launch_parts parts = {0};
-    int rc = 1;
-    if (hvd_driver_wait_registration(d, o->start_timeout_s * 1000, &err) != 0 ||
-        hvd_driver_common_interfaces(d, o->start_timeout_s * 1000, &ifaces, &err) != 0 ||
-        !(hosts = hvd_driver_host_list(d, &err)) ||
-        hvd_launch_parts_make(d, &lc, ifaces, &parts, &err) != 0) {
-        print_start_error(&err, ssh);
-        goto out;
-    }
-    if (write_env_file(o, dir, addrs, hosts, ifaces, &parts) != 0) {
-        fprintf(stderr, "hvd-driver: cannot write %s: %s\n", o->env_file, strerror(errno));
-        goto out;
-    }
+    if (tasks_in(d, o, dir, addrs, ssh) != 0) return 1;
     fprintf(stderr, "hvd-driver: all %d tasks are in; wrote %s. Now run mpirun with it.\n", o->np,
             o->env_file);
-    rc = serve_jobs(d, o);
-out:
-    hvd_launch_parts_free(&parts);
-    hvd_strv_free(ifaces);
-    free(hosts);
-    return rc;
+    return serve_jobs(d, o, dir, addrs, ssh);
 }
 
 /* ---- run --------------------------------------------------------------------------------- */

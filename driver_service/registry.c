@@ -13,8 +13,10 @@ int drv_reg_init(drv_registry *r, uint32_t n) {
     r->rank_index = malloc(n * sizeof *r->rank_index);
     r->results = calloc(n, sizeof *r->results);
     r->result_order = calloc(n, sizeof *r->result_order);
+    r->gone_order = calloc(n, sizeof *r->gone_order);
     r->act = malloc(n * sizeof *r->act);
-    if (!r->tasks || !r->rank_index || !r->results || !r->result_order || !r->act) {
+    if (!r->tasks || !r->rank_index || !r->results || !r->result_order || !r->gone_order ||
+        !r->act) {
         drv_reg_free(r);
         return -1;
     }
@@ -46,6 +48,7 @@ void drv_reg_free(drv_registry *r) {
     free(r->rank_index);
     free(r->results);
     free(r->result_order);
+    free(r->gone_order);
     free(r->act);
     memset(r, 0, sizeof *r);
 }
@@ -192,6 +195,7 @@ int drv_reg_put(drv_registry *r, hvd_task_info *info, const char *peer, drv_put_
     snprintf(t->peer, sizeof t->peer, "%s", peer ? peer : "");
     t->registered = true;
     t->done = false;
+    t->used = false;
     return 0;
 }
 
@@ -242,6 +246,7 @@ int drv_reg_set_rank(drv_registry *r, const char *host_hash, uint32_t local_rank
     if (r->rank_index[rank] >= 0) r->tasks[r->rank_index[rank]].rank = -1;
     r->rank_index[rank] = idx;
     t->rank = rank;
+    t->used = true;
     *index = idx;
     return 0;
 }
@@ -440,6 +445,20 @@ void drv_reg_put_result(drv_registry *r, hvd_result_msg *m) {
     memset(m, 0, sizeof *m);
 }
 
+void drv_reg_new_job(drv_registry *r) {
+    for (uint32_t i = 0; i < r->n; i++) {
+        drv_task *t = &r->tasks[i];
+        t->rank = -1;
+        drop_reach(r, t);
+        r->rank_index[i] = -1;
+        hvd_msg_free(&hvd_result_desc, &r->results[i]);
+        r->result_order[i] = 0;
+        r->gone_order[i] = 0;
+    }
+    r->nresults = 0;
+    r->job++;
+}
+
 int drv_reg_set_active(drv_registry *r, const uint32_t *idx, size_t n, hvd_err *err) {
     if (n == 0 || n > r->n) return hvd_err_set(err, HVD_E_INVALID, "no task, or too many, given");
     for (size_t k = 0; k < n; k++) {
@@ -448,15 +467,9 @@ int drv_reg_set_active(drv_registry *r, const uint32_t *idx, size_t n, hvd_err *
         for (size_t j = 0; j < k; j++)
             if (idx[j] == idx[k]) return hvd_err_set(err, HVD_E_INVALID, "task %u twice", idx[k]);
     }
-    for (uint32_t i = 0; i < r->n; i++) {
-        drv_task *t = &r->tasks[i];
-        t->active = false;
-        t->rank = -1;
-        drop_reach(r, t);
-        r->rank_index[i] = -1;
-        hvd_msg_free(&hvd_result_desc, &r->results[i]);
-        r->result_order[i] = 0;
-    }
+    drv_reg_new_job(r);
+    for (uint32_t i = 0; i < r->n; i++)
+        r->tasks[i].active = false;
     for (size_t k = 0; k < n; k++)
         r->tasks[idx[k]].active = true;
     r->nact = 0;

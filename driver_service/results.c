@@ -30,7 +30,10 @@ int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err 
         o->index = index < 0 ? UINT32_MAX : (uint32_t)index;
         if (index >= 0 && r->tasks[index].registered)
             o->host_hash = dup_or_null(r->tasks[index].info.host_hash, &oom);
-        if (!m->present) continue;
+        if (!m->present) {
+            o->gone = r->gone_order[rank];
+            continue;
+        }
         o->present = true;
         o->order = r->result_order[rank];
         o->status = m->status;
@@ -64,6 +67,13 @@ static int failure_tier(const hvd_rank_result *r, bool any_reported) {
     return r->status > 0 && r->status < 128 ? 0 : 1;
 }
 
+/* Whether a failed before b, both of tier t: by the order their results arrived, or for
+ * silent ranks when their connections closed (one never seen closing counts as later). */
+static bool earlier(const hvd_rank_result *a, const hvd_rank_result *b, int t) {
+    if (t < 2) return a->order < b->order;
+    return a->gone && (!b->gone || a->gone < b->gone);
+}
+
 int hvd_first_failed_rank(const hvd_rank_result *r, size_t n) {
     bool any_reported = false;
     for (size_t i = 0; i < n; i++)
@@ -72,7 +82,7 @@ int hvd_first_failed_rank(const hvd_rank_result *r, size_t n) {
     for (size_t i = 0; i < n; i++) {
         int t = failure_tier(&r[i], any_reported);
         if (t < 0) continue;
-        if (t < best_tier || (t == best_tier && t < 2 && r[i].order < r[best].order)) {
+        if (t < best_tier || (t == best_tier && earlier(&r[i], &r[best], t))) {
             best = (int)i;
             best_tier = t;
         }

@@ -270,6 +270,63 @@ void hvd_driver_shutdown_tasks(hvd_driver *d) {
     pthread_mutex_unlock(&d->mu);
 }
 
+typedef struct release_job {
+    hvd_driver *d;
+    bool *which;
+    uint32_t n;
+    bool done;
+} release_job;
+
+/* Loop thread, where registrations are handled too (so none slips in between): marks the
+ * spent one-shot tasks, answers their long-polls, then forgets them. */
+static void release_post(void *arg) {
+    release_job *j = arg;
+    hvd_driver *d = j->d;
+    pthread_mutex_lock(&d->mu);
+    for (uint32_t i = 0; i < d->num_tasks; i++) {
+        const drv_task *t = &d->reg.tasks[i];
+        j->which[i] = t->registered && !t->info.elastic && t->used;
+        j->n += j->which[i];
+    }
+    pthread_mutex_unlock(&d->mu);
+    drv_answer_held_of(d, j->which);
+    pthread_mutex_lock(&d->mu);
+    for (uint32_t i = 0; i < d->num_tasks; i++) {
+        if (!j->which[i]) continue;
+        drv_task *t = &d->reg.tasks[i];
+        drv_reg_forget(&d->reg, i);
+        if (t->lost) { /* its answered call's connection closing cancelled a sibling call */
+            t->lost = false;
+            atomic_fetch_sub(&d->nlost, 1);
+        }
+        t->done = false;
+        t->watches = 0; /* answered: none held */
+    }
+    j->done = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+uint32_t drv_release_one_shot(hvd_driver *d) {
+    release_job j = {.d = d, .which = calloc(d->num_tasks, sizeof *j.which)};
+    if (!j.which) return 0;
+    if (hvd_loop_post(hvd_server_loop(d->srv), release_post, &j) == 0) {
+        pthread_mutex_lock(&d->mu);
+        while (!j.done)
+            pthread_cond_wait(&d->cv, &d->mu);
+        pthread_mutex_unlock(&d->mu);
+    }
+    free(j.which);
+    return j.n;
+}
+
+uint32_t hvd_driver_registered(hvd_driver *d) {
+    pthread_mutex_lock(&d->mu);
+    uint32_t n = d->reg.nregistered;
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}
+
 void hvd_driver_abort(hvd_driver *d, const char *reason) {
     pthread_mutex_lock(&d->mu);
     if (!d->aborted)

@@ -575,9 +575,9 @@ static int rank_from_env(rank_info *ri) {
 }
 
 /* Tells the driver which rank this is, learns its task and the task's entry (GPUs, work
- * dir), and fetches the job's entry point. The connection stays open for the report: an
- * entry that runs longer than the driver's idle timeout finds it closed, and the report
- * reconnects. Returns 0, or the exit status. */
+ * dir), fetches the job's entry point and leaves a RANK_WATCH on the connection, which
+ * stays open for the report (the held watch keeps it from the driver's idle timeout; a broken
+ * one is reconnected by the report). Returns 0, or the exit status. */
 static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     hvd_err err;
     hvd_client *driver = ri->driver = hvd_driver_connect_env(&ri->secret, &err);
@@ -596,7 +596,12 @@ static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     if (rc == 0)
         rc = hvd_client_call(driver, &hvd_code_req_desc, NULL, &hvd_code_desc, code, 0,
                              HVD_CALL_RETRY, &err);
-    return rc == 0 ? 0 : fail("%s", err.msg);
+    if (rc != 0) return fail("%s", err.msg);
+    /* Held, never answered, for as long as this process lives: if it dies before its report,
+     * the driver learns when (which silent rank went first). Best effort. */
+    hvd_rank_msg watch = {.rank = (uint32_t)ri->rank};
+    (void)hvd_client_send(driver, &hvd_rank_watch_desc, &watch, &err);
+    return 0;
 }
 
 /* Tells the entry point which task service it stands for (HVD_TASK_INDEX; orted's is its

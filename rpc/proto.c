@@ -23,6 +23,7 @@ static const hvd_field task_info_fields[] = {
     HVD_FIELD(hvd_task_info, gpus, HVD_F_STRV),
     HVD_FIELD(hvd_task_info, work_dir, HVD_F_STR),
     HVD_FIELD(hvd_task_info, free_port, HVD_F_U16),
+    HVD_FIELD(hvd_task_info, elastic, HVD_F_BOOL),
 };
 const hvd_msg_desc hvd_register_task_desc =
     HVD_MSG(HVD_MSG_REGISTER_TASK, "register_task", hvd_task_info, task_info_fields);
@@ -58,6 +59,8 @@ const hvd_msg_desc hvd_set_local_rank_desc =
 static const hvd_field rank_fields[] = {HVD_FIELD(hvd_rank_msg, rank, HVD_F_U32)};
 const hvd_msg_desc hvd_index_by_rank_desc =
     HVD_MSG(HVD_MSG_INDEX_BY_RANK, "index_by_rank", hvd_rank_msg, rank_fields);
+const hvd_msg_desc hvd_rank_watch_desc =
+    HVD_MSG(HVD_MSG_RANK_WATCH, "rank_watch", hvd_rank_msg, rank_fields);
 
 static const hvd_field code_fields[] = {
     HVD_FIELD(hvd_code_msg, kind, HVD_F_U32),   HVD_FIELD(hvd_code_msg, argv, HVD_F_STRV),
@@ -214,6 +217,7 @@ const hvd_msg_desc *const hvd_proto_all[] = {
     &hvd_get_result_desc,
     &hvd_wait_shutdown_desc,
     &hvd_agent_watch_desc,
+    &hvd_rank_watch_desc,
     &hvd_agent_report_desc,
     &hvd_task_event_desc,
     &hvd_elastic_state_desc,

@@ -57,7 +57,8 @@ void task_info(const hvd_task *t, hvd_task_info *info) {
                             .addrs = {t->addrs, t->naddrs},
                             .gpus = {t->gpus, t->ngpus},
                             .work_dir = t->work_dir,
-                            .free_port = t->free_port};
+                            .free_port = t->free_port,
+                            .elastic = t->cfg.elastic};
 }
 
 hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err) {

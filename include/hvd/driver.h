@@ -100,12 +100,15 @@ typedef struct hvd_rank_result {
                        own reports before mpirun stops the others); 0: never reported */
     bool stopped;   /* a signal from outside stopped it (mpirun ending the job): not a failure
                        of its own */
+    uint64_t gone;  /* a rank that never reported: when its connection to the driver closed,
+                       in the order above (it died then); 0: not seen */
 } hvd_rank_result;
 
 /* The rank that failed first on its own, or -1 if none did: among the ranks that exited with a
  * status of their own (1-127), the first whose result arrived; else among those whose program
- * was killed by a signal (128+); else the lowest rank that reported nothing while others did
- * (a rank killed outright, say by SIGKILL, reports nothing). Ranks stopped from outside never
+ * was killed by a signal (128+); else, among the ranks that reported nothing while others did
+ * (a rank killed outright, say by SIGKILL, reports nothing), the first whose connection to the
+ * driver closed (RANK_WATCH), failing that the lowest. Ranks stopped from outside never
  * count, nor do silent ranks when no rank reported at all (the job never got to them). */
 int hvd_first_failed_rank(const hvd_rank_result *r, size_t n);
 
@@ -205,11 +208,19 @@ int hvd_driver_tasks(hvd_driver *d, hvd_task_brief **out, size_t *n, hvd_err *er
  * not registered, or given twice). */
 int hvd_driver_set_active(hvd_driver *d, const uint32_t *idx, size_t n, hvd_err *err);
 
-/* Readies the driver for another job (mpirun run) over the same tasks (hvd-driver serve --jobs;
- * the tasks run one command after another, hvd_task_config.elastic): the last job's ranks,
- * results and what the driver noted of its agents and failures are forgotten; the tasks, their
- * interfaces and any lost task stay. Returns 0, or -1 with err. */
+/* Readies the driver for another job (mpirun run; hvd-driver serve --jobs): the last job's
+ * ranks, results and what the driver noted of its agents and failures are forgotten. Task
+ * services that run one command after another (registered with elastic:
+ * hvd_task_config.elastic) stay, with any lost one; the others that ran their one command (a
+ * rank ran in them since they registered) are let go (their
+ * WAIT_SHUTDOWN answered, so they end now) and forgotten: the next job waits for new task
+ * services at their indices (hvd_driver_wait_registration, then the interface probe). A new
+ * task service that registered at such an index already stays. Returns 0, or -1 with err once
+ * the tasks were shut down. */
 int hvd_driver_next_job(hvd_driver *d, hvd_err *err);
+
+/* How many task indices are registered now. */
+uint32_t hvd_driver_registered(hvd_driver *d);
 
 /* The lowest active index (the task of rank 0), or -1 if none is registered. */
 int64_t hvd_driver_first_active(hvd_driver *d);

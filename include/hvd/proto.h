@@ -60,6 +60,9 @@ enum {
     HVD_MSG_TASK_EVENT = 222,       /* hvd_task_event_msg -> ack: what happened to a task
                                        service or its command (the driver names the part of a
                                        job that failed first) */
+    HVD_MSG_RANK_WATCH = 223,       /* hvd_rank_msg -> never answered: held while the rank's
+                                       entry point runs; closed without REPORT_RESULT first =
+                                       the rank died (which silent rank went first) */
 
     /* task service requests */
     HVD_MSG_REGISTRATION_DONE = 300, /* hvd_peers_msg -> ack; the task then probes its peers
@@ -119,6 +122,8 @@ typedef struct hvd_task_info {
     char *work_dir;     /* the executor's working directory */
     uint16_t free_port; /* a TCP port that was free on the task's host when it registered
                            (torch.distributed's MASTER_PORT when its rank is 0), or 0 */
+    bool elastic;       /* it runs commands one after another until the driver shuts the job
+                           down (hvd-task --elastic); false: one command, then it ends */
 } hvd_task_info;
 extern const hvd_msg_desc hvd_register_task_desc; /* REGISTER_TASK */
 extern const hvd_msg_desc hvd_task_info_desc;     /* TASK_INFO_REPLY */
@@ -238,6 +243,7 @@ typedef struct hvd_agent_msg {
     uint32_t pid;    /* its process id, on mpirun's machine */
 } hvd_agent_msg;
 extern const hvd_msg_desc hvd_agent_watch_desc;
+extern const hvd_msg_desc hvd_rank_watch_desc;
 
 /* How an agent's command ended: AGENT_REPORT. */
 typedef struct hvd_agent_report_msg {

@@ -671,6 +671,114 @@ static void test_failure(void) {
           strcmp(hvd_mpi_daemon(HVD_MPI_MPICH), "hydra_pmi_proxy") == 0);
 }
 
+/* Silent ranks: the one whose RANK_WATCH connection closed first is named (rank 3 killed,
+ * rank 0 SIGKILLed by orted a moment later), not the lowest; a rank that reported before its
+ * connection closed is no silent rank; a watch of an earlier job is stale. */
+static void test_silent_order(void) {
+    char buf[HVD_ERR_MAX * 2];
+    hvd_failure_kind kind;
+    hvd_err err;
+    uint32_t idx;
+    hvd_driver *d = start_driver(4, NULL, NULL, NULL);
+    hvd_client *c = d ? register_xy(d) : NULL;
+    hvd_client *rank[4] = {NULL};
+    for (uint32_t r = 0; c && r < 4; r++) {
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+        rank[r] = driver_client(d);
+        hvd_rank_msg w = {.rank = r};
+        CHECK(rank[r] && hvd_client_send(rank[r], &hvd_rank_watch_desc, &w, &err) == 0);
+    }
+    hvd_client *bad = driver_client(d);
+    hvd_rank_msg out = {.rank = 9};
+    CHECK(bad &&
+          hvd_client_call(bad, &hvd_rank_watch_desc, &out, &hvd_ack_desc, NULL, 5000, 0, &err) !=
+              0 &&
+          err.code == HVD_E_INVALID && strstr(err.msg, "RANK_WATCH for rank 9, outside 0..3"));
+    hvd_client_close(bad);
+    usleep(100 * 1000);
+    CHECK(rank[2] && report_stopped(rank[2], 2, 2, &err) == 0);
+    hvd_client_close(rank[2]); /* reported, then ended: no silent rank */
+    hvd_client_close(rank[3]); /* killed outright */
+    usleep(100 * 1000);
+    CHECK(rank[1] && report_stopped(rank[1], 1, 1, &err) == 0);
+    hvd_client_close(rank[1]);
+    hvd_client_close(rank[0]); /* SIGKILLed by orted after its SIGTERM went unanswered */
+    usleep(100 * 1000);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_SILENT_RANK &&
+                  strstr(buf, "rank 3 (task 3 on hy) ended without reporting a result (the first "
+                              "rank to go silently)"),
+              "%s", buf);
+    /* The next job (serve): its ranks start unseen; a watch left from the last one is stale.
+     * These one-shot tasks were spent (ranks ran in them): new ones register. */
+    CHECK(d && hvd_driver_next_job(d, &err) == 0 && hvd_driver_registered(d) == 0);
+    hvd_client_close(c);
+    c = d ? register_xy(d) : NULL;
+    hvd_client *old = driver_client(d);
+    hvd_rank_msg w1 = {.rank = 1};
+    CHECK(old && hvd_client_send(old, &hvd_rank_watch_desc, &w1, &err) == 0);
+    usleep(100 * 1000);
+    CHECK(d && hvd_driver_next_job(d, &err) == 0 && hvd_driver_registered(d) == 4);
+    for (uint32_t r = 0; c && r < 4; r++)
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    hvd_client_close(old);
+    usleep(100 * 1000);
+    CHECK(report_stopped(c, 0, 0, &err) == 0 && report_stopped(c, 2, 2, &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_SILENT_RANK &&
+                  strstr(buf, "rank 1 (task 1 on hy) ended without reporting a result while other "
+                              "ranks reported theirs"),
+              "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+}
+
+/* REGISTER_TASK of task `index` on host, elastic or not. */
+static int register_kind(hvd_client *c, uint32_t index, const char *host, bool elastic,
+                         hvd_err *err) {
+    hvd_addr a = {.ifname = "lo", .host = "127.0.0.1", .port = (uint16_t)(4100 + index)};
+    hvd_task_info info = {
+        .index = index, .host_hash = (char *)host, .addrs = {&a, 1}, .elastic = elastic};
+    return hvd_client_call(c, &hvd_register_task_desc, &info, &hvd_ack_desc, NULL, 0, 0, err);
+}
+
+/* Between jobs the driver lets the spent one-shot task services go (answers their
+ * WAIT_SHUTDOWN: none is lost) and forgets them; elastic ones stay, and so does a one-shot
+ * task service that registered anew at a spent index before the next job. */
+static void test_next_job_release(void) {
+    hvd_err err;
+    uint32_t idx;
+    hvd_driver *d = start_driver(4, NULL, NULL, NULL);
+    hvd_client *c = d ? driver_client(d) : NULL;
+    hvd_client *w[4] = {NULL};
+    for (uint32_t i = 0; c && i < 4; i++) {
+        CHECK(register_kind(c, i, i % 2 ? "hy" : "hx", i < 2, &err) == 0);
+        hvd_index_msg me = {.index = i};
+        w[i] = driver_client(d);
+        CHECK(w[i] && hvd_client_send(w[i], &hvd_wait_shutdown_desc, &me, &err) == 0);
+    }
+    CHECK(d && hvd_driver_wait_registration(d, 5000, &err) == 0);
+    for (uint32_t r = 0; c && r < 3; r++) /* rank 3 never came: task 3 is not spent */
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    for (int i = 0; i < 50 && d && drv_held_count(d) < 4; i++)
+        usleep(20 * 1000);
+    CHECK(d && drv_held_count(d) == 4);
+    CHECK(d && hvd_driver_next_job(d, &err) == 0);
+    CHECK_MSG(d && hvd_driver_registered(d) == 3 && drv_held_count(d) == 3, "%u registered",
+              d ? hvd_driver_registered(d) : 0);
+    hvd_client_close(w[2]); /* task 2 ends, as told: it is not lost */
+    w[2] = NULL;
+    usleep(100 * 1000);
+    CHECK(d && hvd_driver_lost_tasks(d) == 0);
+    CHECK(c && register_kind(c, 2, "hx", false, &err) == 0);
+    CHECK(d && hvd_driver_wait_registration(d, 5000, &err) == 0);
+    CHECK(d && hvd_driver_next_job(d, &err) == 0 && hvd_driver_registered(d) == 4);
+    for (uint32_t i = 0; i < 4; i++)
+        hvd_client_close(w[i]);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+}
+
 static void test_code(void) {
     hvd_err err;
     /* A command. */
@@ -948,6 +1056,8 @@ int main(void) {
     RUN(test_code);
     RUN(test_entry_check);
     RUN(test_failure);
+    RUN(test_silent_order);
+    RUN(test_next_job_release);
     RUN(test_results);
     RUN(test_wait_shutdown);
     RUN(test_lost_task);

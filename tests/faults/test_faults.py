@@ -253,8 +253,8 @@ def run_cell(cell):
         else:
             deadline = time.time() + 40
             while time.time() < deadline and drv.poll() is None:
+                st = states(work)  # before the processes: a rank says "sleeping" once it runs
                 procs = processes_with(mark)
-                st = states(work)
                 if cell.phase == "launch":
                     ready = any(base(p.argv) in ("hvd-rsh", "mpirun_rsh") for p in procs.values())
                 elif cell.phase == "running":

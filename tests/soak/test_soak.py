@@ -15,7 +15,10 @@ plot when gnuplot is there). The JVM's own soak is the jni_soak test (JniTest so
 DriverService and two elastic TaskServices in one JVM, JobOptions.keepTasks); its samples,
 written with -Dhvdbridge.soak.out=FILE, join the doc with --jvm-samples FILE; jni_soak_fresh
 (JniTest soak_fresh: a DriverService and task services of its own per job, as each Spark call
-starts them) joins with --jvm-fresh-samples FILE."""
+starts them) joins with --jvm-fresh-samples FILE, and jni_soak_fresh_tasks (JniTest soak_fresh_tasks: one
+DriverService, two new task services for each job) with --jvm-fresh-tasks-samples FILE.
+--fresh-tasks runs serve over fresh task services instead (two new ones without --elastic for
+each job); --full runs both kinds."""
 import json
 import os
 import subprocess
@@ -73,7 +76,11 @@ def said(path):
         return f.read().decode(errors="replace")
 
 
-def run_soak(d, mark, jobs):
+def run_soak(d, mark, jobs, fresh=False):
+    """The soak's samples. fresh: each job gets two new task services, started without
+    --elastic (each runs one command; serve lets them go after the job and waits for the next
+    pair, as over executors that come and go); only the driver is sampled then, and each
+    task service must have ended with status 0 once let go."""
     env_file, errpath, out = (os.path.join(d, f) for f in ("job.env", "serve.err", "results.json"))
     env = hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d)
     err = open(errpath, "w+b")
@@ -81,19 +88,33 @@ def run_soak(d, mark, jobs):
                                           "--results-json", out, "--entry", ARGS.probe_lib + ":probe_entry"],
                                env, d, stderr=err)
     tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve", errfile=err))
-    tasks = [hvdtest.start_task(ARGS.bin, i, tenv, HOSTS[i], args=["--elastic"]) for i in range(2)]
+
+    def start_tasks():
+        return [hvdtest.start_task(ARGS.bin, i, tenv, HOSTS[i], args=[] if fresh else ["--elastic"])
+                for i in range(2)]
+    tasks = start_tasks()
+    every_task = list(tasks)
     samples = []
     try:
         hvdtest.wait_for(lambda: os.path.exists(env_file), 60, "the env file")
         time.sleep(0.2)
         vals = hvdtest.read_env_file(env_file)
         menv = dict(env, HVD_DRIVER_ADDRS=vals["HVD_DRIVER_ADDRS"], HVD_SECRET_FILE=vals["HVD_SECRET_FILE"])
-        procs = {"driver": srv.pid, "task0": tasks[0].pid, "task1": tasks[1].pid}
+        procs = {"driver": srv.pid} if fresh else {"driver": srv.pid, "task0": tasks[0].pid,
+                                                   "task1": tasks[1].pid}
         samples.append(sample(0, procs, 0.0))
         for job in range(1, jobs + 1):
             t0 = time.perf_counter()
             rc, so, se, _ = hvdtest.run(hvdtest.serve_mpirun_cmd(vals), menv, timeout=120, cwd=d)
             check(rc == 0, "mpirun of job %d exited %d:\n%s%s" % (job, rc, so[-1500:], se[-1500:]))
+            if job < jobs and fresh:
+                let_go = "waiting for new ones to register for job %d" % (job + 1)
+                hvdtest.wait_for(lambda: let_go in said(errpath), 60, "serve: " + let_go)
+                for t in tasks:
+                    t.wait(timeout=30)
+                    check(t.returncode == 0, "a task service of job %d exited %d" % (job, t.returncode))
+                tasks = start_tasks()
+                every_task += tasks
             if job < jobs:
                 ready = "ready for job %d" % (job + 1)
                 hvdtest.wait_for(lambda: ready in said(errpath), 60, "serve: " + ready)
@@ -112,7 +133,7 @@ def run_soak(d, mark, jobs):
             t.wait(timeout=30)
             check(t.returncode == 0, "a task service exited %d" % t.returncode)
     finally:
-        for p in [srv] + tasks:
+        for p in [srv] + every_task:
             if p.poll() is None:
                 p.kill()
                 p.wait()
@@ -130,7 +151,7 @@ def level_problems(samples):
         return ["only %d samples" % len(samples)]
     base, rest = samples[warm], samples[warm + 1:]
     bad = []
-    for who in ("driver", "task0", "task1"):
+    for who in [w for w in ("driver", "task0", "task1") if w in base]:
         for key in ("fds", "threads"):
             top = max(s[who][key] for s in rest)
             if top > base[who][key]:
@@ -175,7 +196,30 @@ plot "%s" using 1:2 with lines lw 2 lc rgb "#1f77b4" title "driver VmRSS", \\
         return r.returncode == 0
 
 
-def doc_body(samples, bad, png_ok, jvm=None, jvm_fresh=None):
+def fresh_table(samples, bad):
+    """The section lines of the soak over fresh task services (the driver's samples)."""
+    jobs = samples[-1]["job"] + 1
+    picks = sorted(set([0, 1, 5, 10] + [jobs * k // 10 for k in range(1, 10)] + [jobs - 1]))
+    secs = sorted(s["seconds"] for s in samples[1:])
+    L = ["", "### %d jobs through one `hvd-driver serve` over fresh task services (test_soak.py --full)" % jobs,
+         "",
+         "The same, but each job gets two new task services started without `--elastic`: each runs its "
+         "one command, serve lets them go after the job (they end at once, status 0), says so, waits for "
+         "the next pair to register at the same indices, probes the interfaces again and rewrites the env "
+         "file before `ready for job K+1`, as over executors that come and go. Only the driver lives "
+         "through it; CI runs 20 jobs (soak_serve_fresh_tasks, the same bounds).", "",
+         "A job (mpirun start, through the new pair's registration, to the driver ready for the next) took "
+         "%.2f s median, %.2f s at most." % (secs[len(secs) // 2], secs[-1]), "",
+         "| after job | driver fds / threads / VmRSS KiB |", "|---|---|"]
+    for s in samples:
+        if s["job"] in picks:
+            L.append("| %d | %d / %d / %d |" % (s["job"], s["driver"]["fds"], s["driver"]["threads"],
+                                              s["driver"]["rss_kib"]))
+    L += ["", "Verdict: " + ("levelled off." if not bad else "**did not level off**: " + "; ".join(bad))]
+    return L
+
+
+def doc_body(samples, bad, png_ok, jvm=None, jvm_fresh=None, jvm_fresh_tasks=None, fresh=None):
     jobs = samples[-1]["job"] + 1
     picks = sorted(set([0, 1, 5, 10] + [jobs * k // 10 for k in range(1, 10)] + [jobs - 1]))
     rows = [s for s in samples if s["job"] in picks]
@@ -201,22 +245,35 @@ def doc_body(samples, bad, png_ok, jvm=None, jvm_fresh=None):
     L.append("Verdict: " + ("levelled off." if not bad else "**did not level off**: " + "; ".join(bad)))
     if png_ok:
         L += ["", "![VmRSS and descriptors against jobs](img/soak.png)"]
+    if fresh:
+        L += fresh_table(*fresh)
     if jvm:
         L += jvm_table(jvm, False)
     if jvm_fresh:
         L += jvm_table(jvm_fresh, True)
+    if jvm_fresh_tasks:
+        L += jvm_table(jvm_fresh_tasks, True, fresh_tasks=True)
     return "\n".join(L)
 
 
-def jvm_table(samples, fresh):
-    """A JVM soak's section lines (JniTest soak's or soak_fresh's JSON lines)."""
+def jvm_table(samples, fresh, fresh_tasks=False):
+    """A JVM soak's section lines (JniTest soak's, soak_fresh's or soak_fresh_tasks' JSON
+    lines)."""
     jobs = samples[-1]["job"]
     warm = max(5, jobs // 5)
     base = next(s for s in samples if s["job"] == warm)["jvm"]
     rest = [s["jvm"] for s in samples if warm < s["job"] and (fresh or s["job"] < jobs)]
     picks = sorted(set([1, 5, 10] + [jobs * k // 10 for k in range(1, 11)]))
     secs = sorted(s["seconds"] for s in samples)
-    if fresh:
+    if fresh_tasks:
+        L = ["", "### The JVM: %d jobs through one `DriverService` over fresh task services "
+             "(tests/jni JniTest soak_fresh_tasks)" % jobs, "",
+             "One `DriverService`; each job starts two new `TaskService`s (not elastic: one command "
+             "each) and runs with `JobOptions.keepTasks(true)`; the next `runJob` lets the spent pair go "
+             "and waits for the new one, as over executors that come and go. Each pair must end by "
+             "itself with status 0; the JVM's descriptors, threads and VmRSS after each job. CI runs 30 "
+             "(jni_soak_fresh_tasks, the same bounds as jni_soak)."]
+    elif fresh:
         L = ["", "### The JVM: %d jobs, each over a `DriverService` and task services of its own "
              "(tests/jni JniTest soak_fresh)" % jobs, "",
              "Each job starts a `DriverService` and two `TaskService`s in one JVM, runs 2 ranks and "
@@ -247,37 +304,55 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def soak(fresh):
+    """Runs one soak (same task services, or fresh ones); returns (samples, problems), or None
+    after printing why it failed."""
+    mark = uuid.uuid4().hex
+    what = "soak over fresh task services" if fresh else "soak"
+    t0 = time.time()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            samples = run_soak(d, mark, ARGS.jobs, fresh)
+    except (hvdtest.Failure, subprocess.TimeoutExpired, OSError) as e:
+        print("FAIL %s: %s" % (what, e))
+        return None
+    bad = level_problems(samples)
+    for s in samples[:: max(1, len(samples) // 10)] + [samples[-1]]:
+        print(json.dumps(s))
+    if bad:
+        print("FAIL %s: did not level off: %s" % (what, "; ".join(bad)))
+    else:
+        print("ok   %s: %d jobs in %.0f s, descriptors, threads and VmRSS levelled off" % (
+            what, ARGS.jobs, time.time() - t0))
+    return samples, bad
+
+
 def main():
     global ARGS
     ap = hvdtest.arg_parser("--bin", "--probe-lib")
     ap.add_argument("--jobs", type=int, default=30, help="jobs back to back (--full: 500)")
-    ap.add_argument("--full", action="store_true", help="500 jobs")
+    ap.add_argument("--full", action="store_true", help="500 jobs, over the same task services and over fresh ones")
+    ap.add_argument("--fresh-tasks", action="store_true",
+                    help="only the soak over fresh task services (two new ones for each job)")
     ap.add_argument("--jvm-samples", help="the JVM soak's JSON lines, for the doc (see above)")
     ap.add_argument("--jvm-fresh-samples", help="JniTest soak_fresh's JSON lines, for the doc")
+    ap.add_argument("--jvm-fresh-tasks-samples", help="JniTest soak_fresh_tasks' JSON lines, for the doc")
     reldoc.add_options(ap)
     ARGS = ap.parse_args()
     if ARGS.full:
         ARGS.jobs = max(ARGS.jobs, 500)
-    mark = uuid.uuid4().hex
-    t0 = time.time()
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            samples = run_soak(d, mark, ARGS.jobs)
-    except (hvdtest.Failure, subprocess.TimeoutExpired, OSError) as e:
-        print("FAIL soak: %s" % e)
+    kinds = [True] if ARGS.fresh_tasks else [False, True] if ARGS.full else [False]
+    runs = [soak(fresh) for fresh in kinds]
+    if None in runs:
         return 1
-    bad = level_problems(samples)
-    for s in samples[:: max(1, len(samples) // 10)] + [samples[-1]]:
-        print(json.dumps(s))
-    if ARGS.write_doc:
+    if ARGS.write_doc and not ARGS.fresh_tasks:
+        samples, bad = runs[0]
         png = os.path.join(os.path.dirname(ARGS.doc), "img", "soak.png")
-        jvm = [read_jsonl(p) if p else None for p in (ARGS.jvm_samples, ARGS.jvm_fresh_samples)]
-        reldoc.write_section(ARGS.doc, "soak", doc_body(samples, bad, plot(samples, png), *jvm))
-    if bad:
-        print("FAIL soak: did not level off: " + "; ".join(bad))
-        return 1
-    print("ok   soak: %d jobs in %.0f s, descriptors, threads and VmRSS levelled off" % (ARGS.jobs, time.time() - t0))
-    return 0
+        jvm = [read_jsonl(p) if p else None
+               for p in (ARGS.jvm_samples, ARGS.jvm_fresh_samples, ARGS.jvm_fresh_tasks_samples)]
+        fresh = runs[1] if len(runs) > 1 else None
+        reldoc.write_section(ARGS.doc, "soak", doc_body(samples, bad, plot(samples, png), *jvm, fresh=fresh))
+    return 1 if any(bad for _, bad in runs) else 0
 
 
 if __name__ == "__main__":

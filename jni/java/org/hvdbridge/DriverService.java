@@ -136,9 +136,12 @@ public final class DriverService implements AutoCloseable {
      * and waits for it, then shuts the tasks down. mpirun's output goes to this process's
      * stdout and stderr. Returns mpirun's status and every rank's outcome in rank order; a
      * failed rank does not throw (see {@link JobResult#throwIfFailed()}). The job's end shuts
-     * the tasks down, unless {@link JobOptions#keepTasks} asks for another job over them:
-     * then call runJob again (the tasks must be {@link TaskService.Config#elastic}), each job
-     * with its own results, and let the last one (or {@link #shutdownTasks}) end them.
+     * the tasks down, unless {@link JobOptions#keepTasks} asks for another job: then call
+     * runJob again, each job with its own results, and let the last one (or
+     * {@link #shutdownTasks}) end them. {@link TaskService.Config#elastic} task services stay
+     * for the next job; the others ran their one command, so the next runJob lets them go and
+     * waits for new task services at their indices (fresh executors), unless new ones
+     * registered there already.
      *
      * @throws IllegalStateException when an earlier job shut the tasks down
      * @throws HvdException when the job cannot start (registration or probe timeout, abort,

@@ -52,9 +52,10 @@ public final class JobOptions {
         return this;
     }
 
-    /** Leave the task services up after this job, for another {@link DriverService#runJob}
-     *  over them (start them with {@link TaskService.Config#elastic}(true), or their one
-     *  command is used up). Default false: the job's end shuts them down. */
+    /** Leave the task services up after this job, for another {@link DriverService#runJob}:
+     *  over the same ones (start them with {@link TaskService.Config#elastic}(true)), or over
+     *  new ones (the next runJob lets the others, whose one command is used up, go and waits
+     *  for new task services at their indices). Default false: the job's end shuts them down. */
     public JobOptions keepTasks(boolean v) {
         keepTasks = v;
         return this;

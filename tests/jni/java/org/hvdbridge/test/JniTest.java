@@ -65,6 +65,7 @@ public final class JniTest {
             case "jobs": jobs(); break;
             case "soak": soak(); break;
             case "soak_fresh": soakFresh(); break;
+            case "soak_fresh_tasks": soakFreshTasks(); break;
             case "ancestry": ancestry(); break;
             case "failing_rank": failingRank(); break;
             case "argv": argv(); break;
@@ -509,6 +510,26 @@ public final class JniTest {
      *  hvd_bridge.spark.run or HorovodSpark.run starts them), all in this JVM. */
     static void soakFresh() throws Exception {
         soakLoop(true);
+    }
+
+    /** As soak, through one long-lived DriverService, each job over two new task services
+     *  that run one command each (not elastic, as on executors that come and go): between
+     *  jobs the driver lets the spent ones go and the next job waits for the new pair. Each
+     *  pair must end by itself, with status 0. */
+    static void soakFreshTasks() throws Exception {
+        int n = 2;
+        EntryPoint entry = EntryPoint.sharedObject(probeLib, "probe_entry", null);
+        try (DriverService d = DriverService.start(n, entry, null)) {
+            soakMeasure(true, (job, last) -> {
+                List<TaskThread> tasks = startTasks(d, n, 1, null);
+                JobResult jr = d.runJob(opts(null).keepTasks(!last));
+                check(jr.succeeded(), "job " + job + " failed: " + jr.failureMessage());
+                joinTasks(tasks, 30_000);
+                for (TaskThread t : tasks)
+                    check(t.failure == null && t.exitCode == 0,
+                          "job " + job + ": task " + t.cfg + ": " + t.failure + ", exit code " + t.exitCode);
+            });
+        }
     }
 
     /** One soak job: runs it, checks it succeeded. */
