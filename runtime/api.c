@@ -279,6 +279,20 @@ int hvd_barrier_async(hvd_handle *handle, hvd_err *err) {
     return rt_submit(e, NULL, handle, err);
 }
 
+int hvd_join_async(int device, int32_t *last_rank, hvd_handle *handle, hvd_err *err) {
+    if (!handle) return hvd_err_set(err, HVD_E_INVALID, "join: the handle pointer is NULL");
+    if (!last_rank) return hvd_err_set(err, HVD_E_INVALID, "join: the last_rank pointer is NULL");
+    if (check_common("join", NULL, HVD_UINT8, device, handle, err) != 0) return -1;
+    /* The stand-ins for this rank's allreduces live on `device`; the request only says
+     * whether there is one, which is all the coordinator needs (root, see params.h). */
+    rt_entry *e = new_entry(RT_JOIN, HVD_UINT8, HVD_DEVICE_CPU, NULL, err);
+    if (!e) return -1;
+    e->device = device;
+    e->p.root = device >= 0;
+    e->out = last_rank;
+    return rt_submit(e, NULL, handle, err);
+}
+
 /* ---- synchronous wrappers ------------------------------------------------------------- */
 
 int hvd_allreduce(const char *name, const void *sendbuf, void *recvbuf, int64_t count,
@@ -326,6 +340,12 @@ int hvd_reducescatter(const char *name, const void *sendbuf, void *recvbuf, int6
 int hvd_barrier(hvd_err *err) {
     hvd_handle h;
     if (hvd_barrier_async(&h, err)) return -1;
+    return hvd_wait(h, err);
+}
+
+int hvd_join(int device, int32_t *last_rank, hvd_err *err) {
+    hvd_handle h;
+    if (hvd_join_async(device, last_rank, &h, err)) return -1;
     return hvd_wait(h, err);
 }
 

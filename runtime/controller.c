@@ -41,7 +41,9 @@ int rt_controller_init(rt_controller *c, MPI_Comm comm, int rank, int size, size
     c->lens = calloc((size_t)size, sizeof *c->lens);
     c->displs = calloc((size_t)size, sizeof *c->displs);
     c->ranks = calloc((size_t)size, sizeof *c->ranks);
-    if (!c->bits || !c->lens || !c->displs || !c->ranks)
+    c->joined = calloc((size_t)size, 1);
+    c->join_device = calloc((size_t)size, 1);
+    if (!c->bits || !c->lens || !c->displs || !c->ranks || !c->joined || !c->join_device)
         return hvd_err_set(err, HVD_E_INTERNAL, "out of memory for the negotiation buffers");
     return 0;
 }
@@ -64,6 +66,8 @@ void rt_controller_free(rt_controller *c) {
     free(c->lens);
     free(c->displs);
     free(c->ranks);
+    free(c->joined);
+    free(c->join_device);
     hvd_buf_free(&c->sendbuf);
     free(c->recvbuf);
     memset(c, 0, sizeof *c);
@@ -259,21 +263,30 @@ static const struct {
     {"scaling factors", same_scale, d_scale},
 };
 
-/* Returns false if every rank asked for the same thing, else true with a sentence in b naming
- * the tensor, the first parameter that differs, and which ranks asked for which value. */
+/* The first rank that asked for e (whose parameters the response carries). */
+static int first_present(const rt_controller *c, const rt_table_entry *e) {
+    int r = 0;
+    while (r < c->size - 1 && !e->present[r])
+        r++;
+    return r;
+}
+
+/* Returns false if every rank that asked for e asked for the same thing, else true with a
+ * sentence in b naming the tensor, the first parameter that differs, and which ranks asked for
+ * which value. */
 static bool check_agreement(rt_controller *c, const rt_table_entry *e, msgbuf *b) {
-    int size = c->size;
+    int size = c->size, ref = first_present(c, e);
     for (size_t k = 0; k < sizeof checks / sizeof checks[0]; k++) {
         bool differ = false;
-        for (int r = 1; r < size && !differ; r++)
-            differ = !checks[k].same(&e->params[0], &e->params[r]);
+        for (int r = ref + 1; r < size && !differ; r++)
+            differ = e->present[r] && !checks[k].same(&e->params[ref], &e->params[r]);
         if (!differ) continue;
-        /* Group ranks by value: group[r] = first rank with the same value. */
+        /* Group the ranks that asked by value: group[r] = first rank with the same value. */
         int *group = c->ranks;
         for (int r = 0; r < size; r++) {
-            group[r] = r;
-            for (int q = 0; q < r; q++)
-                if (checks[k].same(&e->params[q], &e->params[r])) {
+            group[r] = e->present[r] ? r : -1;
+            for (int q = 0; q < r && e->present[r]; q++)
+                if (e->present[q] && checks[k].same(&e->params[q], &e->params[r])) {
                     group[r] = q;
                     break;
                 }
@@ -282,7 +295,7 @@ static bool check_agreement(rt_controller *c, const rt_table_entry *e, msgbuf *b
                   checks[k].what);
         bool first = true;
         for (int r = 0; r < size; r++) {
-            if (group[r] != r) continue;
+            if (group[r] != r) continue; /* not asked, or the same value as an earlier rank */
             mb_printf(b, "%s", first ? "" : "; ");
             checks[k].describe(b, &e->params[r]);
             mb_printf(b, " on ");
@@ -368,8 +381,20 @@ static rt_table_entry *table_entry(rt_controller *c, const rt_request *req, int6
         return NULL;
     }
     e->first_ns = now;
+    e->optype = req->p.optype;
     rt_timeline_negotiate_start(c->tl, e->name, req->p.optype);
     return e;
+}
+
+/* Room for one more in *ready. Returns 0, or -1 on out of memory. */
+static int ready_reserve(ready_list *ready) {
+    if (ready->n < ready->cap) return 0;
+    size_t cap = ready->cap ? ready->cap * 2 : 64;
+    rt_table_entry **v = realloc(ready->v, cap * sizeof *v);
+    if (!v) return -1;
+    ready->v = v;
+    ready->cap = cap;
+    return 0;
 }
 
 /* Records rank r's requests; appends names that became ready to *ready. Returns 0, or -1 on
@@ -381,16 +406,16 @@ static int coordinator_add(rt_controller *c, int r, const rt_request *reqs, size
         rt_table_entry *e = table_entry(c, &reqs[i], now);
         if (!e) return -1;
         if (e->present[r]) continue; /* a re-send at shutdown */
-        if (e->nranks + 1 == c->size && ready->n == ready->cap) {
-            size_t cap = ready->cap ? ready->cap * 2 : 64;
-            rt_table_entry **v = realloc(ready->v, cap * sizeof *v);
-            if (!v) return -1;
-            ready->v = v;
-            ready->cap = cap;
-        }
+        if (e->nranks + 1 == c->size && ready_reserve(ready) != 0) return -1;
         e->present[r] = 1;
         e->params[r] = reqs[i].p;
         e->nranks++;
+        if (reqs[i].p.optype == RT_JOIN && !c->joined[r]) {
+            c->joined[r] = 1;
+            c->join_device[r] = reqs[i].p.root != 0;
+            c->njoined++;
+            c->last_joined = r;
+        }
         rt_timeline_negotiate_rank(c->tl, e->name, r);
         if (e->nranks == c->size) ready->v[ready->n++] = e;
     }
@@ -426,6 +451,89 @@ static int coordinator_collect(rt_controller *c, const uint8_t *all, int *shut, 
     return 0;
 }
 
+/* Appends to *ready the names (joins aside) that every rank which has not joined asked for,
+ * and some joined rank did not: the joined ranks take part with zeros. Names every rank asked
+ * for are listed already. Returns 0, or -1 on out of memory. */
+static int add_joined_ready(rt_controller *c, ready_list *ready) {
+    if (c->njoined == 0) return 0;
+    size_t pos = 0;
+    void *v;
+    while (rt_strmap_next(&c->table, &pos, NULL, &v) >= 0) {
+        rt_table_entry *e = v;
+        if (e->optype == RT_JOIN || e->nranks == c->size) continue;
+        bool waits = false;
+        for (int r = 0; r < c->size && !waits; r++)
+            waits = !e->present[r] && !c->joined[r];
+        if (waits) continue;
+        if (ready_reserve(ready) != 0) return -1;
+        ready->v[ready->n++] = e;
+    }
+    return 0;
+}
+
+/* Returns false if e can run with the joined ranks that did not ask for it (there are none,
+ * or it is an allreduce they can give zeros for), else true with the reason in b. */
+static bool check_joined(rt_controller *c, const rt_table_entry *e, msgbuf *b) {
+    if (e->nranks == c->size) return false;
+    const rt_params *p = &e->params[first_present(c, e)];
+    int *missing = c->ranks;
+    for (int r = 0; r < c->size; r++)
+        missing[r] = !e->present[r];
+    if (p->optype != RT_ALLREDUCE) {
+        mb_printf(b, "%s of tensor '%s' cannot run while ", rt_optype_name(p->optype), e->name);
+        mb_ranks(b, missing, 1, c->size);
+        mb_printf(b, " joined (hvd_join) without it: only an allreduce takes zeros from a "
+                     "joined rank");
+        return true;
+    }
+    if (!p->on_device) return false;
+    bool lacking = false;
+    for (int r = 0; r < c->size; r++) {
+        missing[r] = !e->present[r] && !c->join_device[r];
+        lacking |= missing[r] != 0;
+    }
+    if (!lacking) return false;
+    mb_printf(b, "tensor '%s' is in CUDA device memory, but ", e->name);
+    mb_ranks(b, missing, 1, c->size);
+    mb_printf(b, " joined without a device for its zeros: pass the CUDA device to join "
+                 "(hvd.join(device=...))");
+    return true;
+}
+
+/* Decides one ready name other than a join: its response (or error) goes to out. Returns 0,
+ * or -1 on out of memory. */
+static int decide_one(rt_controller *c, rt_table_entry *e, rt_response_list *out) {
+    msgbuf why = {.len = 0};
+    bool mismatch = check_agreement(c, e, &why);
+    bool cannot = !mismatch && check_joined(c, e, &why);
+    rt_timeline_negotiate_end(c->tl, e->name);
+    if (mismatch || cannot) rt_timeline_mark(c->tl, e->name, mismatch ? "MISMATCH" : "JOINED");
+    int ret = rt_responses_push(out, e->name, &e->params[first_present(c, e)],
+                                mismatch || cannot ? why.s : NULL, HVD_E_INVALID);
+    rt_strmap_del(&c->table, e->name);
+    table_entry_free(e);
+    return ret;
+}
+
+/* Every rank joined: the join completes, naming the last rank to join, and a new one can
+ * start. Returns 0, or -1 on out of memory. */
+static int decide_join(rt_controller *c, rt_table_entry *e, rt_response_list *out) {
+    rt_params p = {.optype = RT_JOIN,
+                   .dtype = HVD_UINT8,
+                   .root = c->last_joined,
+                   .row_elems = 1,
+                   .prescale = 1.0,
+                   .postscale = 1.0};
+    rt_timeline_negotiate_end(c->tl, e->name);
+    int ret = rt_responses_push(out, e->name, &p, NULL, 0);
+    rt_strmap_del(&c->table, e->name);
+    table_entry_free(e);
+    memset(c->joined, 0, (size_t)c->size);
+    memset(c->join_device, 0, (size_t)c->size);
+    c->njoined = 0;
+    return ret;
+}
+
 /* Builds the response list from the gathered messages (rank 0 only). Returns 0, or -1 with
  * err (every rank then fails the cycle with it). */
 static int coordinator_decide(rt_controller *c, const uint8_t *all, rt_response_list *out,
@@ -438,23 +546,20 @@ static int coordinator_decide(rt_controller *c, const uint8_t *all, rt_response_
         free(ready.v);
         return -1;
     }
-    int ret = 0;
+    int ret = add_joined_ready(c, &ready);
     /* Stall errors decided in earlier ticks go first. */
     for (size_t i = 0; i < c->backlog.n && ret == 0; i++)
         ret = rt_responses_push(out, c->backlog.v[i].name, NULL, c->backlog.v[i].error,
                                 c->backlog.v[i].code);
     rt_responses_clear(&c->backlog);
+    /* A completed join comes after everything its joined ranks stood in for. */
     for (size_t i = 0; i < ready.n && ret == 0; i++) {
-        rt_table_entry *e = ready.v[i];
-        msgbuf mismatch = {.len = 0};
-        bool bad = check_agreement(c, e, &mismatch);
-        rt_timeline_negotiate_end(c->tl, e->name);
-        if (bad) rt_timeline_mark(c->tl, e->name, "MISMATCH");
-        ret =
-            rt_responses_push(out, e->name, &e->params[0], bad ? mismatch.s : NULL, HVD_E_INVALID);
-        rt_strmap_del(&c->table, e->name);
-        table_entry_free(e);
+        if (ready.v[i]->optype == RT_JOIN) continue;
+        ret = decide_one(c, ready.v[i], out); /* frees it */
+        ready.v[i] = NULL;
     }
+    for (size_t i = 0; i < ready.n && ret == 0; i++)
+        if (ready.v[i]) ret = decide_join(c, ready.v[i], out);
     bool any_shut = false;
     for (int r = 0; r < c->size; r++)
         any_shut |= shut[r] != 0;
@@ -473,6 +578,7 @@ static int coordinator_decide(rt_controller *c, const uint8_t *all, rt_response_
         while (rt_strmap_next(&c->table, &pos, NULL, &v) >= 0)
             table_entry_free(v);
         rt_strmap_free(&c->table);
+        c->njoined = 0;
     }
     free(ready.v);
     free(shut);

@@ -34,6 +34,10 @@ typedef struct rt_controller {
     /* coordinator state (rank 0) */
     rt_strmap table;          /* name -> rt_table_entry* */
     rt_response_list backlog; /* stall errors waiting for the next full negotiation */
+    uint8_t *joined;          /* size entries: rank r has joined (hvd_join) and not all have */
+    uint8_t *join_device;     /* size entries: ... and gave a CUDA device for its zeros */
+    int njoined;              /* ranks joined */
+    int last_joined;          /* the rank that joined last */
     /* scratch, allocated at init */
     uint64_t *bits; /* 2 x (1 + 3 x words): the bit vector sent and received */
     size_t words;
@@ -79,7 +83,12 @@ enum {
  * every rank (in one order) plus error responses. On shutdown (flag set on any rank) every
  * name left pending fails. Appends to out. A failure the coordinator learns of (a malformed or
  * oversized message, a rank out of memory building its message, the coordinator out of memory
- * deciding) is broadcast as a sentence, so every rank fails with the same err. */
+ * deciding) is broadcast as a sentence, so every rank fails with the same err.
+ *
+ * Join: a rank that sent a RT_JOIN request counts as present for every name until all ranks
+ * have joined, so an allreduce is ready once every rank that has not joined asked for it (the
+ * joined ones run it with zeros; any other collective fails then). The join's own response
+ * comes last in its list, with the last rank to join as its root. */
 int rt_controller_negotiate(rt_controller *c, uint32_t my_flags, const rt_request *reqs, size_t n,
                             rt_response_list *out, hvd_err *err);
 

@@ -49,6 +49,7 @@
 #include "log.h"
 #include "ops_mpi.h"
 #include "state.h"
+#include "types.h"
 #ifdef HVD_HAVE_NCCL
 #include "ops_nccl.h"
 #endif
@@ -62,6 +63,7 @@ int rt_cycle_init(rt_cycle *b, const rt_config *cfg, MPI_Comm comm, int rank, in
     b->rank = rank;
     b->size = size;
     b->device = -1;
+    b->join_device = HVD_DEVICE_CPU;
     rt_strmap_init(&b->pending);
     if (rank == 0 && cfg->timeline_path[0]) {
         b->tl = rt_timeline_open(cfg->timeline_path, err);
@@ -116,6 +118,11 @@ void rt_cycle_free(rt_cycle *b) {
     rt_group_list_free(&b->groups);
     free(b->hit);
     free(b->bad);
+    for (size_t i = 0; i < b->standins.n; i++)
+        rt_entry_free(b->standins.v[i]);
+    free(b->standins.v);
+    free(b->zeros);
+    free(b->sink);
 }
 
 /* ---- bookkeeping ----------------------------------------------------------------------- */
@@ -201,10 +208,13 @@ static void fail_one(rt_cycle *b, rt_entry *e, int code, const char *reason, boo
         publish_completed(b, &e, 1);
 }
 
+static void free_stand_ins(rt_cycle *b);
+
 /* Fails everything this rank still holds (queue, unrecorded entries and pending) and marks
  * the runtime ended. Called once, when the loop stops. Allocates nothing: the pending
  * entries are chained through their queue links, which they no longer use. */
 static bool end(rt_cycle *b, int code, const char *reason) {
+    free_stand_ins(b);
     rt_entry *q = rt_state_end(reason);
     for (rt_entry *e = q, *next; e; e = next) {
         next = e->next;
@@ -228,6 +238,80 @@ static bool end(rt_cycle *b, int code, const char *reason) {
         fail_one(b, e, code, reason, true);
     }
     return true;
+}
+
+/* ---- join: stand-ins ---------------------------------------------------------------------- */
+
+/* From its join until every rank has joined, a rank takes part in the allreduces the others
+ * still run, with zeros: a stand-in entry per such allreduce, made from the agreed parameters
+ * (a cache slot's or a response's), with no handle. Stand-ins are made after the bit vector,
+ * so, like the negotiation's own buffers (see the top of this file), a stand-in this rank
+ * cannot allocate leaves it alone: it stops, and the job ends when its process exits. */
+
+/* Adds a stand-in for name to this cycle's run. Returns false on out of memory. */
+static bool push_stand_in(rt_cycle *b, const char *name, const rt_params *p) {
+    if (vec_reserve(&b->standins, b->standins.n + 1) != 0 || vec_reserve(&b->run, b->run.n + 1))
+        return false;
+    rt_entry *z = rt_entry_new(RT_ALLREDUCE, (hvd_dtype)p->dtype,
+                               p->on_device ? b->join_device : HVD_DEVICE_CPU);
+    char *copy = z ? strdup(name) : NULL;
+    if (!copy) {
+        rt_entry_free(z);
+        return false;
+    }
+    z->name = copy;
+    z->p = *p;
+    z->stand_in = true;
+    b->standins.v[b->standins.n++] = z;
+    b->run.v[b->run.n++] = z;
+    return true;
+}
+
+/* Gives this cycle's stand-ins their buffers: one of zeros to send (never written) and one to
+ * receive into, shared by all. Returns false when they cannot be had. */
+static bool arm_stand_ins(rt_cycle *b) {
+    size_t host = 0, dev = 0;
+    for (size_t i = 0; i < b->standins.n; i++) {
+        const rt_params *p = &b->standins.v[i]->p;
+        size_t bytes = (size_t)p->count * rt_dtype_size((hvd_dtype)p->dtype);
+        size_t *most = p->on_device ? &dev : &host;
+        if (bytes > *most) *most = bytes;
+    }
+    if (host > b->standin_cap) {
+        free(b->zeros);
+        free(b->sink);
+        b->zeros = calloc(1, host);
+        b->sink = malloc(host);
+        b->standin_cap = b->zeros && b->sink ? host : 0;
+        if (!b->standin_cap) return false;
+    }
+    void *dzeros = NULL, *dsink = NULL;
+    if (dev > 0) {
+#ifdef HVD_HAVE_NCCL
+        if (rt_nccl_stand_in_buffers(b->exec.nccl, b->join_device, dev, &dzeros, &dsink) != 0)
+            return false;
+#else
+        return false;
+#endif
+    }
+    for (size_t i = 0; i < b->standins.n; i++) {
+        rt_entry *z = b->standins.v[i];
+        z->in = z->p.on_device ? dzeros : b->zeros;
+        z->out = z->p.on_device ? dsink : b->sink;
+    }
+    return true;
+}
+
+/* Takes the stand-ins out of run (keeping the order of the rest) and frees them. */
+static void free_stand_ins(rt_cycle *b) {
+    if (b->standins.n == 0) return;
+    size_t k = 0;
+    for (size_t i = 0; i < b->run.n; i++)
+        if (!b->run.v[i]->stand_in) b->run.v[k++] = b->run.v[i];
+    b->run.n = k;
+    for (size_t i = 0; i < b->standins.n; i++)
+        rt_entry_free(b->standins.v[i]);
+    b->standins.n = 0;
 }
 
 /* ---- 1. drain ---------------------------------------------------------------------------- */
@@ -298,9 +382,12 @@ static bool reserve_fusion(rt_cycle *b) {
     /* A fused group has two members or more, all pending here, and fits the threshold. */
     int64_t t = b->cfg.fusion_threshold;
     int64_t host = b->nfusable_host < 2 ? 0 : b->fusable_host < t ? b->fusable_host : t;
+    /* A joined rank's stand-ins may fill any group the others form. */
+    if (b->joined) host = t;
     bool ok = host <= 0 || rt_fusion_buffer_reserve(&b->exec.fusion, (size_t)host) == 0;
 #ifdef HVD_HAVE_NCCL
     int64_t dev = b->nfusable_device < 2 ? 0 : b->fusable_device < t ? b->fusable_device : t;
+    if (b->joined && b->join_device >= 0) dev = t;
     if (ok && dev > 0 && b->device >= 0)
         ok = rt_nccl_reserve_fusion(b->exec.nccl, b->device, (size_t)dev) == 0;
 #endif
@@ -316,6 +403,10 @@ static bool reserve_fusion(rt_cycle *b) {
 static uint32_t prepare_bits(rt_cycle *b, bool shut, int64_t now) {
     for (int s = 0; s < b->cache.capacity; s++) {
         rt_entry *e = rt_cache_user(&b->cache, s);
+        /* A joined rank is ready for every cached name: it stands in with zeros. (The last
+         * rank to join is not joined yet in the cycle whose negotiation completes the join,
+         * so at least one rank here sets only the bits of its own tensors.) */
+        if (!e && b->joined && rt_cache_name(&b->cache, s)) b->hit[s / 64] |= 1ull << (s % 64);
         if (!e) continue;
         b->hit[s / 64] |= 1ull << (s % 64);
         if (b->evict_ns > 0 && e->partial_since_ns && now - e->partial_since_ns > b->evict_ns)
@@ -362,6 +453,11 @@ static bool apply_invalidations(rt_cycle *b, const rt_bits_result *bits) {
 static void take_cache_hits(rt_cycle *b, const rt_bits_result *bits, int64_t now) {
     for (int s = 0; s < b->cache.capacity; s++) {
         rt_entry *e = rt_cache_user(&b->cache, s);
+        if (!e && b->joined && bit(bits->and_hit, s) && rt_cache_name(&b->cache, s)) {
+            if (!push_stand_in(b, rt_cache_name(&b->cache, s), rt_cache_params(&b->cache, s)))
+                b->standin_short = true;
+            rt_cache_touch(&b->cache, s);
+        }
         if (!e) continue;
         if (bit(bits->and_hit, s)) {
             rt_cache_set_user(&b->cache, s, NULL);
@@ -386,8 +482,14 @@ static bool negotiate(rt_cycle *b, const rt_bits_result *bits, bool any_bad, boo
     /* reqs has room for every pending entry, and these are distinct pending entries. */
     size_t nreq = 0;
     for (size_t i = 0; i < b->unsent.n; i++) {
-        b->reqs[nreq++] = (rt_request){b->unsent.v[i]->name, b->unsent.v[i]->p};
-        b->unsent.v[i]->state = RT_E_SENT;
+        rt_entry *e = b->unsent.v[i];
+        b->reqs[nreq++] = (rt_request){e->name, e->p};
+        e->state = RT_E_SENT;
+        if (e->p.optype == RT_JOIN) {
+            b->joined = true;
+            b->join_device = e->device;
+            if (e->device >= 0) b->device = e->device;
+        }
     }
     b->unsent.n = 0;
     if (any_shut) {
@@ -412,12 +514,20 @@ static bool negotiate(rt_cycle *b, const rt_bits_result *bits, bool any_bad, boo
     return false;
 }
 
-/* Step 6: responses name entries of ours: errors complete at once, the rest join b->run. */
+/* Step 6: responses name entries of ours: errors (and a completed join) complete at once, the
+ * rest go to b->run, with this rank's stand-ins if it joined. */
 static void sort_responses(rt_cycle *b, const rt_response_list *resp) {
     b->failed.n = 0;
     for (size_t i = 0; i < resp->n; i++) {
         const rt_response *r = &resp->v[i];
         rt_entry *e = rt_strmap_get(&b->pending, r->name);
+        /* Ready without this rank: it joined, and stands in (also for a name it submitted
+         * after joining, which the coordinator has not seen yet). */
+        if (!r->error && b->joined && r->p.optype == RT_ALLREDUCE &&
+            (!e || e->state == RT_E_UNSENT)) {
+            if (!push_stand_in(b, r->name, &r->p)) b->standin_short = true;
+            continue;
+        }
         if (!e) {
             /* A stall error for a name this rank never submitted: nothing to fail here. */
             if (!r->error)
@@ -436,6 +546,13 @@ static void sort_responses(rt_cycle *b, const rt_response_list *resp) {
         if (r->error) {
             if (b->rank == 0) rt_timeline_negotiate_end(b->tl, e->name);
             rt_entry_fail(e, r->code, r->error);
+            vec_push(b, &b->failed, e);
+        } else if (e->p.optype == RT_JOIN) {
+            /* Every rank joined; nothing to run. It completes with the failures. */
+            if (b->rank == 0) rt_timeline_negotiate_end(b->tl, e->name);
+            *(int32_t *)e->out = r->p.root;
+            b->joined = false;
+            b->join_device = HVD_DEVICE_CPU;
             vec_push(b, &b->failed, e);
         } else {
             vec_push(b, &b->run, e);
@@ -502,8 +619,13 @@ static void remember(rt_cycle *b, size_t first_negotiated) {
         rt_entry *e = b->run.v[i];
         if (e->status != 0) continue;
         char *key;
-        if (!rt_strmap_take(&b->pending, e->name, &key)) continue;
-        count_fusable(b, e, -1);
+        if (e->stand_in) { /* cached like the others' entries, so slots match on every rank */
+            key = e->name;
+            e->name = NULL;
+        } else {
+            if (!rt_strmap_take(&b->pending, e->name, &key)) continue;
+            count_fusable(b, e, -1);
+        }
         void *evicted = NULL;
         rt_cache_put(&b->cache, key, &e->p, &evicted);
         if (evicted) to_unsent(b, evicted);
@@ -541,12 +663,19 @@ bool rt_cycle_run(rt_cycle *b) {
     }
     sort_responses(b, &resp);
     rt_responses_free(&resp);
+    if (b->standin_short || !arm_stand_ins(b)) {
+        b->alone = true;
+        return end(b, HVD_E_INTERNAL,
+                   "this rank joined and ran out of memory for the zeros it stands in with for "
+                   "the other ranks' allreduces; it cannot follow them any more");
+    }
 
     if (!execute(b, bits.flags_or & RT_FLAG_NO_FUSION)) {
         b->alone = true;
         return end(b, HVD_E_INTERNAL, "internal error: the fusion plan had no room reserved");
     }
     remember(b, ncached);
+    free_stand_ins(b);
     complete(b, b->run.v, b->run.n);
     b->run.n = 0;
     if (b->tl) rt_timeline_flush(b->tl);

@@ -52,6 +52,12 @@ typedef struct rt_cycle {
     rt_entry *orphans; /* drained entries that could not be recorded (out of memory) */
     hvd_err broken;    /* this rank's bookkeeping failure (code 0 if none) */
     bool alone;        /* this rank left the collective sequence its peers are in (see cycle.c) */
+    bool joined;       /* this rank's join was sent and has not completed */
+    int join_device;   /* the CUDA device its join gave for zeros, or HVD_DEVICE_CPU */
+    rt_entry_vec standins; /* this cycle's stand-ins (owned), also listed in run */
+    void *zeros, *sink;    /* host stand-ins' input (zeros) and output, standin_cap bytes each */
+    size_t standin_cap;
+    bool standin_short; /* a stand-in could not be made this cycle: this rank is alone */
     hvd_stats stats;
 } rt_cycle;
 

@@ -29,6 +29,8 @@ typedef struct rt_entry {
     int cache_slot;           /* when RT_E_CACHED */
     int64_t partial_since_ns; /* first cycle its cache slot was pending on only some ranks */
     struct rt_entry *next;    /* submission queue link */
+    bool stand_in;            /* this joined rank's zeros for another rank's allreduce (cycle.c):
+                                 no handle, not pending, freed at the end of its cycle */
     /* result */
     int status; /* 0 ok, else hvd_status */
     char *error;

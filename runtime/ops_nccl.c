@@ -38,6 +38,7 @@
     X(cudaMalloc)                                                                                  \
     X(cudaFree)                                                                                    \
     X(cudaMemcpyAsync)                                                                             \
+    X(cudaMemset)                                                                                  \
     X(cudaStreamCreateWithFlags)                                                                   \
     X(cudaStreamSynchronize)                                                                       \
     X(cudaStreamDestroy)
@@ -115,6 +116,9 @@ struct rt_nccl {
     void *host_tmp;    /* staging for integer scaling, host_tmp_cap bytes (may be NULL) */
     size_t host_tmp_cap;
     unsigned char host_small[4096]; /* staging when host_tmp cannot be had */
+    void *zeros, *sink;             /* a joined rank's stand-ins (hvd_join): input and output */
+    size_t standin_cap;             /* bytes in each */
+    int standin_device;
 };
 
 /* Integer scaling stages at most this much at a time. */
@@ -135,6 +139,11 @@ void rt_nccl_free(rt_nccl *n) {
     if (n->fusion) {
         api.p_cudaSetDevice(n->fusion_device);
         api.p_cudaFree(n->fusion);
+    }
+    if (n->zeros || n->sink) {
+        api.p_cudaSetDevice(n->standin_device);
+        api.p_cudaFree(n->zeros);
+        api.p_cudaFree(n->sink);
     }
     free(n->host_tmp);
     free(n);
@@ -162,6 +171,33 @@ int rt_nccl_reserve_fusion(rt_nccl *n, int device, size_t bytes) {
     n->fusion = p;
     n->fusion_cap = cap;
     n->fusion_device = device;
+    return 0;
+}
+
+int rt_nccl_stand_in_buffers(rt_nccl *n, int device, size_t bytes, void **zeros, void **sink) {
+    if (bytes > n->standin_cap || n->standin_device != device || !n->zeros) {
+        if (rt_cuda_unavailable()) return -1;
+        if (n->zeros || n->sink) {
+            api.p_cudaSetDevice(n->standin_device);
+            api.p_cudaFree(n->zeros);
+            api.p_cudaFree(n->sink);
+        }
+        n->zeros = n->sink = NULL;
+        n->standin_cap = 0;
+        if (api.p_cudaSetDevice(device) != cudaSuccess ||
+            api.p_cudaMalloc(&n->zeros, bytes) != cudaSuccess ||
+            api.p_cudaMalloc(&n->sink, bytes) != cudaSuccess ||
+            api.p_cudaMemset(n->zeros, 0, bytes) != cudaSuccess) {
+            if (n->zeros) api.p_cudaFree(n->zeros);
+            if (n->sink) api.p_cudaFree(n->sink);
+            n->zeros = n->sink = NULL;
+            return -1;
+        }
+        n->standin_cap = bytes;
+        n->standin_device = device;
+    }
+    *zeros = n->zeros;
+    *sink = n->sink;
     return 0;
 }
 

@@ -18,6 +18,10 @@ void rt_nccl_free(rt_nccl *n);
  * say so instead of failing inside a collective. Returns 0, or -1 (the old buffer may be
  * gone). */
 int rt_nccl_reserve_fusion(rt_nccl *n, int device, size_t bytes);
+/* A joined rank's stand-in buffers on `device`, of at least bytes each: *zeros holds zeros
+ * (the collectives only read it), *sink receives. Kept and grown across calls. Returns 0, or
+ * -1 if the device memory cannot be had. */
+int rt_nccl_stand_in_buffers(rt_nccl *n, int device, size_t bytes, void **zeros, void **sink);
 /* Runs one group on device buffers (communicator created on first use, its id broadcast
  * over x->comm). Returns 0, or -1 with err. */
 int rt_nccl_execute(rt_exec *x, rt_group *g, hvd_err *err);

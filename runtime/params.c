@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const optype_names[RT_NUM_OPTYPES] = {"allreduce", "allgather",     "broadcast",
-                                                         "alltoall",  "reducescatter", "barrier"};
-static const char *const optype_upper[RT_NUM_OPTYPES] = {"ALLREDUCE", "ALLGATHER",     "BROADCAST",
-                                                         "ALLTOALL",  "REDUCESCATTER", "BARRIER"};
+static const char *const optype_names[RT_NUM_OPTYPES] = {
+    "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join"};
+static const char *const optype_upper[RT_NUM_OPTYPES] = {
+    "ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN"};
 
 const char *rt_optype_name(int optype) {
     return optype >= 0 && optype < RT_NUM_OPTYPES ? optype_names[optype] : "?";

@@ -14,7 +14,9 @@ typedef enum rt_optype {
     RT_ALLTOALL = 3,
     RT_REDUCESCATTER = 4,
     RT_BARRIER = 5,
-    RT_NUM_OPTYPES = 6
+    RT_JOIN = 6, /* hvd_join: root is 1 in a request from a rank that gave a CUDA device, and
+                    the last rank to join in the response */
+    RT_NUM_OPTYPES = 7
 } rt_optype;
 
 const char *rt_optype_name(int optype);       /* "allreduce" */

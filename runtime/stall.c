@@ -51,6 +51,8 @@ void rt_stall_check(rt_stall *st, const rt_strmap *table, int size, int64_t now,
     void *value;
     while (rt_strmap_next(table, &pos, &key, &value) >= 0) {
         rt_table_entry *e = value;
+        /* A joined rank waits, by design, for as long as the others still train. */
+        if (e->optype == RT_JOIN) continue;
         int64_t age = now - e->first_ns;
         if (st->shutdown_ns > 0 && age > st->shutdown_ns)
             push_expired(expired, nexpired, &capexpired, e);

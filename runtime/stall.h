@@ -15,6 +15,7 @@ typedef struct rt_table_entry {
     rt_params *params; /* size entries, valid where present[r] */
     uint8_t *present;  /* size entries */
     int nranks;        /* ranks present */
+    uint8_t optype;    /* rt_optype of the first request */
     int64_t first_ns;  /* when the first request arrived */
 } rt_table_entry;
 

@@ -175,6 +175,15 @@ int hvd_reducescatter_async(const char *name, const void *sendbuf, void *recvbuf
 /* Completes once every rank has submitted its barrier. */
 int hvd_barrier_async(hvd_handle *handle, hvd_err *err);
 
+/* Horovod's join: this rank has no more data. Until every rank has joined, this rank takes
+ * part in the allreduces the other ranks still submit with zeros of the agreed shape and type
+ * (on CUDA device `device` for device tensors; HVD_DEVICE_CPU gives host zeros only, and a
+ * device allreduce then fails on every rank with a message saying so); other collectives
+ * submitted while a rank is joined fail on every rank. Average still divides by hvd_size():
+ * a joined rank counts as a zero. Completes on every rank once the last rank joined, with
+ * that rank in *last_rank (which must stay valid until the handle completes). */
+int hvd_join_async(int device, int32_t *last_rank, hvd_handle *handle, hvd_err *err);
+
 /* Rows that rank `rank` of `size` receives from a reducescatter of first_dim rows (-1 if the
  * arguments are invalid). */
 int64_t hvd_reducescatter_rows(int64_t first_dim, int rank, int size);
@@ -206,6 +215,7 @@ int hvd_reducescatter(const char *name, const void *sendbuf, void *recvbuf, int6
                       int64_t row_elems, hvd_dtype dtype, hvd_reduce_op op, int device,
                       hvd_err *err);
 int hvd_barrier(hvd_err *err);
+int hvd_join(int device, int32_t *last_rank, hvd_err *err);
 
 /* ---- Helpers ------------------------------------------------------------------------- */
 

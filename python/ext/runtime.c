@@ -248,6 +248,20 @@ static PyObject *rt_barrier(PyObject *self, PyObject *unused) {
     return PyLong_FromLongLong(h);
 }
 
+/* join_async(device, last_rank_address) -> handle: the last rank to join is written as an
+ * int32 at the address (a tensor the caller keeps until the handle completes). */
+static PyObject *rt_join(PyObject *self, PyObject *args) {
+    (void)self;
+    int device;
+    unsigned long long last;
+    if (!PyArg_ParseTuple(args, "iK", &device, &last)) return NULL;
+    hvd_handle h;
+    hvd_err err;
+    if (hvd_join_async(device, (int32_t *)(uintptr_t)last, &h, &err) != 0)
+        return submit_error(&err);
+    return PyLong_FromLongLong(h);
+}
+
 /* ---- Completion ---------------------------------------------------------------------------- */
 
 static PyObject *rt_poll(PyObject *self, PyObject *args) {
@@ -443,6 +457,7 @@ static PyMethodDef methods[] = {
     {"alltoall_async", rt_alltoall, METH_VARARGS, NULL},
     {"reducescatter_async", rt_reducescatter, METH_VARARGS, NULL},
     {"barrier_async", rt_barrier, METH_NOARGS, NULL},
+    {"join_async", rt_join, METH_VARARGS, NULL},
     {"poll", rt_poll, METH_VARARGS, NULL},
     {"wait", rt_wait, METH_VARARGS, NULL},
     {"take_output", rt_take_output, METH_VARARGS, NULL},

@@ -5,7 +5,7 @@ hvd-rsh, hvd-exec; label python, torch):
   collectives_1/2/4  every collective and every dtype against references computed here, on
                      1, 2 and 4 ranks; async handles, poll and synchronize; grouped ops;
                      in place and non-contiguous tensors; prescale/postscale; objects;
-                     barrier and join; gradients of allreduce and allgather
+                     barrier and join (all at once); gradients of allreduce and allgather
   mismatch           rank 1 sends another shape under the same name: every rank gets a
                      HorovodInternalError saying so, and the runtime keeps working
   training_parity    an MLP on scikit-learn's bundled digits with DistributedOptimizer on 1,
@@ -21,6 +21,9 @@ hvd-rsh, hvd-exec; label python, torch):
   horovod_script     examples/python/train_digits.py, a Horovod training script but for
                      its import line, runs as a program under hvd-driver (as under
                      horovodrun) and learns
+  join_uneven        ranks with 1, 3 and 5 batches train with DistributedOptimizer and join:
+                     the joined ranks stand in with zeros, join returns the last rank, and the
+                     weights equal SGD on the averages computed here
   gpu                the CUDA tensor path (NCCL): skipped without a GPU
 
 Exits 77 when torch, scikit-learn, cloudpickle or mpirun is missing, or under a sanitizer.
@@ -101,6 +104,15 @@ def test_training_parity():
                 check(torch.allclose(a, b, rtol=1e-7, atol=1e-9),
                       "%d ranks, rank %d: parameter %d differs from 1 rank by %.3g" %
                       (n, r, i, (a - b).abs().max().item()))
+
+
+def test_join_uneven():
+    import torch_cases
+    out = job(torch_cases.uneven_join, 3)
+    for r, (bad, last) in enumerate(out):
+        check(not bad, "\n  ".join(bad))
+        check(last == 2, "rank %d: join returned %r, want 2 (the rank with the most batches)" %
+              (r, last))
 
 
 def optimizer_option_on_2(option):

@@ -49,14 +49,18 @@ def collectives(device="cpu"):
                torch.stack(wide).min(0).values.to(mine.dtype))
         expect("allreduce max %s" % dt, hvd.allreduce(mine, op=hvd.Max, name="mx." + dt),
                torch.stack(wide).max(0).values.to(mine.dtype))
-        # Products reach 1680 at 4 ranks (5*6*7*8): past the 8-bit types, and every partial
-        # product is exact in float16 and bfloat16 (at most 7 significant bits).
-        if dt not in ("uint8", "int8"):
-            prod = wide[0].clone()
-            for w in wide[1:]:
-                prod *= w
-            expect("allreduce product %s" % dt,
-                   hvd.allreduce(mine, op=hvd.Product, name="p." + dt), prod.to(mine.dtype))
+        # Products of these reach 1680 at 4 ranks (5*6*7*8), and every partial product is
+        # exact in float16 and bfloat16 (at most 7 significant bits); the 8-bit types get
+        # factors 1 to 3 instead (at most 81 at 4 ranks).
+        factors = every
+        if dt in ("uint8", "int8"):
+            factors = [((torch.arange(5) + k) % 3 + 1).to(mine.dtype).to(device)
+                       for k in range(n)]
+        prod = torch.ones(5, dtype=torch.float64)
+        for f in factors:
+            prod = prod * f.cpu().to(torch.float64)
+        expect("allreduce product %s" % dt,
+               hvd.allreduce(factors[r], op=hvd.Product, name="p." + dt), prod.to(mine.dtype))
         # allgather: rank k sends k+1 rows of 2
         rows = [_tensor(torch, dt, k, n=2 * (k + 1), shape=(k + 1, 2)) for k in range(n)]
         expect("allgather %s" % dt, hvd.allgather(rows[r], name="g." + dt), torch.cat(rows))
@@ -292,6 +296,51 @@ def optimizer_option(option, steps=2, lr=0.5):
         bad.append("rank %d %s: gradient dtype %s" % (r, option, model.weight.grad.dtype))
     hvd.shutdown()
     return bad
+
+
+def uneven_join(lr=0.25):
+    """Rank r has 1 + 2r batches (Horovod's use of join): each rank trains on its own with
+    DistributedOptimizer, then joins, and stands in with zeros for the others' remaining
+    steps; afterwards the weights of the rank that joined last are broadcast. The final
+    weights are checked against SGD on the averages (over every rank, joined ones as zeros)
+    computed here. Returns (problems, last rank to join)."""
+    import torch
+
+    import hvd_bridge.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+
+    def steps_of(k):
+        return 1 + 2 * k
+
+    def x(rank, step):  # 2 rows of 4: the loss sum(model(x)) has the gradient x.sum(0)
+        return torch.arange(8, dtype=torch.float64).reshape(2, 4) + 1 + rank * 3 + step * 5
+
+    model = torch.nn.Linear(4, 1, bias=False).double()
+    w0 = torch.tensor([[0.25, -0.5, 0.75, 1.0]], dtype=torch.float64)
+    with torch.no_grad():
+        model.weight.copy_(w0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr),
+                                   named_parameters=model.named_parameters())
+    for step in range(steps_of(r)):
+        opt.zero_grad()
+        model(x(r, step)).sum().backward()
+        opt.step()
+    last = hvd.join()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+    want = w0.clone()
+    for step in range(max(steps_of(k) for k in range(n))):
+        g = sum(x(k, step).sum(0) for k in range(n) if step < steps_of(k)) / n
+        want -= lr * g.reshape(1, 4)
+    got = model.weight.detach()
+    bad = []
+    if not torch.allclose(got, want, rtol=1e-12, atol=0):
+        bad.append("rank %d: weights %s, want %s" % (r, got.tolist(), want.tolist()))
+    # The runtime works normally after the join.
+    if hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after.join").item() != n:
+        bad.append("rank %d: allreduce after join" % r)
+    hvd.shutdown()
+    return bad, last
 
 
 def rank_env():

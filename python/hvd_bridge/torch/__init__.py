@@ -4,7 +4,7 @@ tensors, NCCL for CUDA tensors). A training script changes one line:
     import hvd_bridge.torch as hvd      # was: import horovod.torch as hvd
 
 Differences from horovod.torch are listed in docs/torch.md (process sets: global only; no
-Adasum; join() is a plain "everyone is done"; the timeline comes from HOROVOD_TIMELINE).
+Adasum; the timeline comes from HOROVOD_TIMELINE).
 """
 import torch
 

@@ -528,20 +528,12 @@ def barrier(process_set=global_process_set):
 
 
 def join(device=-1):
-    """Waits until every rank has joined and returns the rank that joined last. Unlike
-    Horovod's, a joined rank does not stand in for the collectives of ranks still working:
-    call it when every rank is done with its collectives."""
-    import time
-    stamp = torch.tensor([time.time()], dtype=torch.float64)
-    if device is not None and device >= 0:
-        stamp = stamp.cuda(device)
-    times = synchronize(allgather_async(stamp, name="join.%d" % _join_count()))
-    return int(torch.argmax(times.cpu()).item())
-
-
-_joins = [0]
-
-
-def _join_count():
-    _joins[0] += 1
-    return _joins[0]
+    """Horovod's join: this rank has no more data. Until every rank has joined, it takes part
+    with zeros in the allreduces the other ranks still run (DistributedOptimizer's gradients
+    among them), so ranks with unequal numbers of batches do not wait for each other; zeros for
+    CUDA tensors live on ``device`` (-1: host zeros only, and a CUDA allreduce then fails on
+    every rank saying so). Average still divides by size(). Any other collective submitted while
+    a rank is joined fails on the ranks that submitted it. Returns the rank that joined last."""
+    last = torch.full((1,), -1, dtype=torch.int32)
+    _rt.wait(_rt.join_async(-1 if device is None else int(device), last.data_ptr()))
+    return int(last.item())
