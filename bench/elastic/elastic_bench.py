@@ -2,6 +2,7 @@
 """How fast an elastic job resets (docs/performance.md, "Elastic jobs").
 
     python3 bench/elastic/elastic_bench.py [--build build] [--hosts 2,4,8] [--runs 3] [--smoke]
+                                           [--python PYTHON]
 
 Fake hosts on this machine (`hvd-driver run --local`), one task service and one rank each,
 training the elastic SGD example (examples/train_sgd: a step every ~20 ms, a commit every 4
@@ -19,8 +20,14 @@ number of hosts N:
                      add -> the driver tells the ranks), the commit boundary (-> the ranks'
                      last commit), and the relaunch (-> training).
 
-Prints a table (median of --runs, min-max) and writes build/elastic-bench.json. --smoke: one
-run at 2 hosts, for CI.
+With --python PYTHON (an interpreter with torch and scikit-learn), the ranks run the elastic
+PyTorch example instead (examples/python/train_elastic.py: hvd_bridge.torch.elastic, a step
+every ~20 ms plus the MLP's own, a commit every 4 steps; the package from build/python): the
+relaunch then includes starting Python and importing torch in every new rank, and restoring
+the TorchState.
+
+Prints a table (median of --runs, min-max) and writes build/elastic-bench.json (with --python,
+build/elastic-bench-python.json). --smoke: one run at 2 hosts, for CI.
 """
 import argparse
 import json
@@ -49,14 +56,20 @@ class Job:
     def __init__(self, d, args):
         self.mark = uuid.uuid4().hex
         self.log = os.path.join(d, "train.log")
-        arg = "epochs=400,commit=4,sleep=20,log=" + self.log
-        cmd = ["run", "--verbose"] + args + [
-            "--entry", os.path.join(ARGS.build, "examples", "train_sgd",
-                                    "libhvd_example_train_sgd.so") + ":hvd_example_train_sgd_elastic",
-            "--entry-arg", arg]
+        env = hvdtest.marked_env(self.mark)
+        if ARGS.python:
+            env["PYTHONPATH"] = os.path.join(ARGS.build, "python")
+            work = ["--", ARGS.python, os.path.join(REPO, "examples", "python", "train_elastic.py"),
+                    "--epochs", "400", "--commit-every", "4", "--sleep", "0.02", "--log",
+                    self.log]
+        else:
+            arg = "epochs=400,commit=4,sleep=20,log=" + self.log
+            work = ["--entry", os.path.join(ARGS.build, "examples", "train_sgd",
+                                            "libhvd_example_train_sgd.so") +
+                    ":hvd_example_train_sgd_elastic", "--entry-arg", arg]
+        cmd = ["run", "--verbose"] + args + work
         self.lines = []  # (time, line) of hvd-driver's stderr
-        self.proc = hvdtest.start_driver(os.path.join(ARGS.build, "bin"), cmd,
-                                         hvdtest.marked_env(self.mark), d,
+        self.proc = hvdtest.start_driver(os.path.join(ARGS.build, "bin"), cmd, env, d,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -154,13 +167,15 @@ def main():
     ap.add_argument("--hosts", default="2,4,8")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--python", help="run examples/python/train_elastic.py with this Python")
     ARGS = ap.parse_args()
     if ARGS.smoke:
         ARGS.hosts, ARGS.runs = "2", 1
     os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    out = {"load_before": load, "cores": os.cpu_count(), "loss": {}, "grow": {}}
+    out = {"load_before": load, "cores": os.cpu_count(), "loss": {}, "grow": {},
+           "ranks": "python train_elastic.py" if ARGS.python else "train_sgd (C)"}
     print("load average before: %s (%d cores)" % (" ".join(load), os.cpu_count()))
     for n in [int(x) for x in ARGS.hosts.split(",")]:
         out["loss"][n] = [loss(n) for _ in range(ARGS.runs)]
@@ -178,7 +193,8 @@ def main():
         out["load_after"] = f.read().split()[:3]
     print("load average after: %s" % " ".join(out["load_after"]))
     if not ARGS.smoke:
-        with open(os.path.join(ARGS.build, "elastic-bench.json"), "w") as f:
+        name = "elastic-bench-python.json" if ARGS.python else "elastic-bench.json"
+        with open(os.path.join(ARGS.build, name), "w") as f:
             json.dump(out, f, indent=1)
     return 0
 
