@@ -290,7 +290,8 @@ int hvd_join_async(int device, int32_t *last_rank, hvd_handle *handle, hvd_err *
     e->device = device;
     e->p.root = device >= 0;
     e->out = last_rank;
-    return rt_submit(e, NULL, handle, err);
+    /* One name for every join: a second join while one is pending is refused. */
+    return rt_submit(e, "hvd.join", handle, err);
 }
 
 /* ---- synchronous wrappers ------------------------------------------------------------- */

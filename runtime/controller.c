@@ -578,6 +578,7 @@ static int coordinator_decide(rt_controller *c, const uint8_t *all, rt_response_
         while (rt_strmap_next(&c->table, &pos, NULL, &v) >= 0)
             table_entry_free(v);
         rt_strmap_free(&c->table);
+        memset(c->joined, 0, (size_t)c->size);
         c->njoined = 0;
     }
     free(ready.v);

@@ -270,6 +270,9 @@ static bool push_stand_in(rt_cycle *b, const char *name, const rt_params *p) {
 /* Gives this cycle's stand-ins their buffers: one of zeros to send (never written) and one to
  * receive into, shared by all. Returns false when they cannot be had. */
 static bool arm_stand_ins(rt_cycle *b) {
+    if (b->standins.n == 0) return true;
+    /* The fusion plan's room was reserved for this rank's entries alone. */
+    if (rt_fusion_reserve(&b->groups, b->run.n) != 0) return false;
     size_t host = 0, dev = 0;
     for (size_t i = 0; i < b->standins.n; i++) {
         const rt_params *p = &b->standins.v[i]->p;
@@ -376,6 +379,20 @@ static bool drain(rt_cycle *b) {
 
 /* ---- 2. the bit vector --------------------------------------------------------------------- */
 
+/* Whether this rank may stand in during this cycle: it joined, or sends its join now (and
+ * the coordinator may then count it as joined in this very negotiation); with the device its
+ * join gave in *device. */
+static bool may_stand_in(rt_cycle *b, int *device) {
+    *device = b->join_device;
+    if (b->joined) return true;
+    for (size_t i = 0; i < b->unsent.n; i++)
+        if (b->unsent.v[i]->p.optype == RT_JOIN) {
+            *device = b->unsent.v[i]->device;
+            return true;
+        }
+    return false;
+}
+
 /* Grows the fusion buffers for the largest group this cycle can form. Returns false if some
  * buffer cannot be had (this cycle then runs unfused on every rank). */
 static bool reserve_fusion(rt_cycle *b) {
@@ -383,11 +400,16 @@ static bool reserve_fusion(rt_cycle *b) {
     int64_t t = b->cfg.fusion_threshold;
     int64_t host = b->nfusable_host < 2 ? 0 : b->fusable_host < t ? b->fusable_host : t;
     /* A joined rank's stand-ins may fill any group the others form. */
-    if (b->joined) host = t;
+    int join_device;
+    bool stand_in = may_stand_in(b, &join_device);
+    if (stand_in) host = t;
     bool ok = host <= 0 || rt_fusion_buffer_reserve(&b->exec.fusion, (size_t)host) == 0;
 #ifdef HVD_HAVE_NCCL
     int64_t dev = b->nfusable_device < 2 ? 0 : b->fusable_device < t ? b->fusable_device : t;
-    if (b->joined && b->join_device >= 0) dev = t;
+    if (stand_in && join_device >= 0) {
+        dev = t;
+        b->device = join_device; /* the rank's one device (hvd_join_async checked) */
+    }
     if (ok && dev > 0 && b->device >= 0)
         ok = rt_nccl_reserve_fusion(b->exec.nccl, b->device, (size_t)dev) == 0;
 #endif
@@ -403,10 +425,16 @@ static bool reserve_fusion(rt_cycle *b) {
 static uint32_t prepare_bits(rt_cycle *b, bool shut, int64_t now) {
     for (int s = 0; s < b->cache.capacity; s++) {
         rt_entry *e = rt_cache_user(&b->cache, s);
-        /* A joined rank is ready for every cached name: it stands in with zeros. (The last
-         * rank to join is not joined yet in the cycle whose negotiation completes the join,
-         * so at least one rank here sets only the bits of its own tensors.) */
-        if (!e && b->joined && rt_cache_name(&b->cache, s)) b->hit[s / 64] |= 1ull << (s % 64);
+        if (!e && b->joined && rt_cache_name(&b->cache, s)) {
+            /* A joined rank is ready for every cached allreduce it can stand in for. (The
+             * last rank to join is not joined yet in the cycle whose negotiation completes
+             * the join, so at least one rank sets only the bits of its own tensors.) Any other
+             * cached name leaves the cache, so that the coordinator fails it if the others
+             * submit it while this rank is joined. */
+            const rt_params *p = rt_cache_params(&b->cache, s);
+            bool can = p->optype == RT_ALLREDUCE && (!p->on_device || b->join_device >= 0);
+            (can ? b->hit : b->bad)[s / 64] |= 1ull << (s % 64);
+        }
         if (!e) continue;
         b->hit[s / 64] |= 1ull << (s % 64);
         if (b->evict_ns > 0 && e->partial_since_ns && now - e->partial_since_ns > b->evict_ns)
@@ -518,13 +546,15 @@ static bool negotiate(rt_cycle *b, const rt_bits_result *bits, bool any_bad, boo
  * rest go to b->run, with this rank's stand-ins if it joined. */
 static void sort_responses(rt_cycle *b, const rt_response_list *resp) {
     b->failed.n = 0;
+    /* Stand-ins take room in run that was reserved for this rank's entries: make room for
+     * every response (after the bit vector: if it cannot be had, this rank is alone). */
+    if (b->joined && resp->n > 0 && vec_reserve(&b->run, b->run.n + resp->n) != 0)
+        b->standin_short = true;
     for (size_t i = 0; i < resp->n; i++) {
         const rt_response *r = &resp->v[i];
         rt_entry *e = rt_strmap_get(&b->pending, r->name);
-        /* Ready without this rank: it joined, and stands in (also for a name it submitted
-         * after joining, which the coordinator has not seen yet). */
-        if (!r->error && b->joined && r->p.optype == RT_ALLREDUCE &&
-            (!e || e->state == RT_E_UNSENT)) {
+        /* Ready without this rank: it joined, and stands in. */
+        if (!r->error && b->joined && r->p.optype == RT_ALLREDUCE && !e) {
             if (!push_stand_in(b, r->name, &r->p)) b->standin_short = true;
             continue;
         }

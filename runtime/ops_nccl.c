@@ -39,6 +39,7 @@
     X(cudaFree)                                                                                    \
     X(cudaMemcpyAsync)                                                                             \
     X(cudaMemset)                                                                                  \
+    X(cudaDeviceSynchronize)                                                                       \
     X(cudaStreamCreateWithFlags)                                                                   \
     X(cudaStreamSynchronize)                                                                       \
     X(cudaStreamDestroy)
@@ -187,7 +188,8 @@ int rt_nccl_stand_in_buffers(rt_nccl *n, int device, size_t bytes, void **zeros,
         if (api.p_cudaSetDevice(device) != cudaSuccess ||
             api.p_cudaMalloc(&n->zeros, bytes) != cudaSuccess ||
             api.p_cudaMalloc(&n->sink, bytes) != cudaSuccess ||
-            api.p_cudaMemset(n->zeros, 0, bytes) != cudaSuccess) {
+            api.p_cudaMemset(n->zeros, 0, bytes) != cudaSuccess ||
+            api.p_cudaDeviceSynchronize() != cudaSuccess) { /* zeros before any stream reads */
             if (n->zeros) api.p_cudaFree(n->zeros);
             if (n->sink) api.p_cudaFree(n->sink);
             n->zeros = n->sink = NULL;

@@ -4,7 +4,11 @@
  * tensors, a tensor large enough to run alone, Average (a joined rank counts as a zero),
  * cached names (the same names every step) and, in the second run, no cache and no fusion.
  * Then: a collective other than allreduce while a rank is joined fails on the ranks that
- * submitted it, and the runtime works normally after every join. Run with -np 3. */
+ * submitted it (also from the cache), a rank that joins at once stands in for names
+ * negotiated in the same cycle, a second pending join is refused, and the runtime works
+ * normally after every join. Run with -np 3. */
+#include <unistd.h>
+
 #include "rt_testlib.h"
 
 static int rank_, size_;
@@ -146,6 +150,79 @@ static void test_other_collective_while_joined(void) {
     still_works("after.bcast");
 }
 
+/* Rank 0 joins first, while ranks 1 and 2 negotiate new names every step (nothing cached,
+ * several small allreduces fused). Run first: rank 0 has never fused, and its join reaches
+ * the coordinator after the others' first names, which then run in the very cycle that
+ * sends the join: its fusion buffer must be reserved for that cycle already. */
+static void test_join_first_uncached(void) {
+    hvd_err err = {0};
+    int32_t last = -1;
+    if (rank_ == 0) {
+        usleep(300 * 1000); /* the others' first step waits for rank 0 at the coordinator */
+        CHECK_MSG(hvd_join(HVD_DEVICE_CPU, &last, &err) == 0, "join: %s", err.msg);
+    } else {
+        for (int t = 0; t < 4; t++) {
+            static double in[6][70000], out[6][70000];
+            const int64_t n[6] = {3, 50, 1000, 70000, 9, 1};
+            hvd_handle h[6];
+            for (int k = 0; k < 6; k++) {
+                char name[48];
+                snprintf(name, sizeof name, "fresh.%d.%d", t, k);
+                for (int64_t i = 0; i < n[k]; i++)
+                    in[k][i] = rank_ * 1000.0 + t * 10 + k + (double)(i % 3);
+                CHECK(hvd_allreduce_async(name, in[k], out[k], n[k], HVD_FLOAT64, HVD_OP_SUM,
+                                          HVD_DEVICE_CPU, &h[k], &err) == 0);
+            }
+            for (int k = 0; k < 6; k++) {
+                CHECK_MSG(hvd_wait(h[k], &err) == 0, "step %d tensor %d: %s", t, k, err.msg);
+                for (int64_t i = 0; i < n[k]; i++) {
+                    double want = 3000.0 + 2 * (t * 10 + k + (double)(i % 3)); /* ranks 1, 2 */
+                    if (out[k][i] != want) {
+                        CHECK_MSG(0, "rank %d step %d fresh.%d[%lld] = %g, want %g", rank_, t, k,
+                                  (long long)i, out[k][i], want);
+                        break;
+                    }
+                }
+            }
+        }
+        CHECK_MSG(hvd_join(HVD_DEVICE_CPU, &last, &err) == 0, "join: %s", err.msg);
+    }
+    int32_t lo = -1, hi = -1;
+    CHECK(hvd_allreduce("fresh.min", &last, &lo, 1, HVD_INT32, HVD_OP_MIN, -1, &err) == 0);
+    CHECK(hvd_allreduce("fresh.max", &last, &hi, 1, HVD_INT32, HVD_OP_MAX, -1, &err) == 0);
+    CHECK_MSG(lo == hi && lo >= 1, "last rank to join: %d..%d, want one rank of 1, 2", lo, hi);
+}
+
+/* Cached collectives other than allreduce, submitted while rank 0 is joined: they fail on the
+ * ranks that submitted them (rank 0 does not stand in for them from its cache). */
+static void test_cached_others_while_joined(void) {
+    hvd_err err = {0};
+    int32_t row[2] = {rank_, rank_}, buf[4] = {0};
+    for (int k = 0; k < 2; k++) { /* the second time from the cache */
+        hvd_output out = {0};
+        CHECK_MSG(hvd_allgather("c.gather", row, 1, 2, HVD_INT32, -1, &out, &err) == 0, "%s",
+                  err.msg);
+        hvd_output_free(&out);
+        CHECK(hvd_broadcast("c.bcast", buf, 4, HVD_INT32, 0, -1, &err) == 0);
+    }
+    int32_t last = -1;
+    if (rank_ == 0) {
+        CHECK_MSG(hvd_join(HVD_DEVICE_CPU, &last, &err) == 0, "join: %s", err.msg);
+    } else {
+        hvd_output out = {0};
+        int rc = hvd_allgather("c.gather", row, 1, 2, HVD_INT32, -1, &out, &err);
+        CHECK_MSG(rc == -1 && strstr(err.msg, "allgather of tensor 'c.gather' cannot run while "
+                                              "rank 0 joined"),
+                  "cached allgather with rank 0 joined: rc %d: %s", rc, err.msg);
+        hvd_output_free(&out);
+        rc = hvd_broadcast("c.bcast", buf, 4, HVD_INT32, 0, -1, &err);
+        CHECK_MSG(rc == -1 && strstr(err.msg, "cannot run while rank 0 joined"),
+                  "cached broadcast with rank 0 joined: rc %d: %s", rc, err.msg);
+        CHECK_MSG(hvd_join(HVD_DEVICE_CPU, &last, &err) == 0, "join: %s", err.msg);
+    }
+    still_works("after.cached.others");
+}
+
 /* Bad arguments fail at submission, on this rank alone. */
 static void test_join_arguments(void) {
     hvd_err err = {0};
@@ -154,6 +231,18 @@ static void test_join_arguments(void) {
     int32_t last;
     CHECK(hvd_join_async(HVD_DEVICE_CPU, &last, NULL, &err) == -1 && err.code == HVD_E_INVALID);
     CHECK(hvd_join_async(-7, &last, &h, &err) == -1 && err.code == HVD_E_INVALID);
+}
+
+/* A second join while this rank's first is pending is refused; the first completes. */
+static void test_second_join_refused(void) {
+    hvd_err err = {0};
+    hvd_handle h, h2;
+    int32_t last = -1, last2 = -1;
+    CHECK_MSG(hvd_join_async(HVD_DEVICE_CPU, &last, &h, &err) == 0, "%s", err.msg);
+    CHECK(hvd_join_async(HVD_DEVICE_CPU, &last2, &h2, &err) == -1 && err.code == HVD_E_STATE &&
+          strstr(err.msg, "already pending"));
+    CHECK_MSG(hvd_wait(h, &err) == 0 && last >= 0 && last < size_, "join: last %d: %s", last,
+              err.msg);
 }
 
 int main(void) {
@@ -166,9 +255,12 @@ int main(void) {
         return 77;
     }
     RUN(test_join_arguments);
+    RUN(test_join_first_uncached);
     RUN(test_uneven_training);
     RUN(test_join_alone);
     RUN(test_other_collective_while_joined);
+    RUN(test_cached_others_while_joined);
+    RUN(test_second_join_refused);
     still_works("at.end");
     hvd_shutdown();
     return test_finish();
