@@ -487,8 +487,8 @@ def chaos_parts(procs, driver_pid):
         if pid == driver_pid:
             out["driver"].append((pid, None))
         elif owner in ("hvd-driver", "hvd-task") and b in (owner, "hvd-keeper"):
-            kept = [procs[c] for c in procs if parents[c] == pid]
-            if not kept:  # between commands, or a short helper's (mpirun --version) that ended
+            kept = [procs[c] for c in procs if parents[c] == pid and not helper(procs[c].argv)]
+            if not kept:  # between commands, or a short helper's (mpirun --version)
                 continue
             names = [] if owner == "hvd-driver" else [task_part(parent.argv)]
             for k in kept:
@@ -504,9 +504,15 @@ def chaos_parts(procs, driver_pid):
             out["orted"].append((pid, "orted"))
         elif b in ("hvd-exec", "mpirun_exec_fn") and "OMPI_COMM_WORLD_RANK" in p.env:
             out["rank"].append((pid, "rank " + p.env["OMPI_COMM_WORLD_RANK"]))
-        elif b in ("mpirun", "orterun"):
+        elif b in ("mpirun", "orterun") and not helper(argv):
             out["mpirun"].append((pid, "mpirun"))
     return out
+
+
+def helper(argv):
+    """Whether argv is the driver's short `mpirun --version` (which MPI is it?): it has done
+    its work once it printed, so killing it (or its keeper) then is no fault of the job."""
+    return "--version" in argv
 
 
 CHAOS_WORDS = {"task": None, "keeper": None, "rsh": ["hvd-rsh", "agent"], "orted": ["orted"],
