@@ -35,7 +35,8 @@ typedef struct drv_task {
     uint32_t watches;        /* WAIT_SHUTDOWN long-polls of this index held now */
     bool lost;               /* its last one broke before shutdown and none came since */
     bool done;               /* it said TASK_EV_DONE: its watch closing is a normal end */
-    bool used;               /* a rank ran in it since it registered (SET_LOCAL_RANK): a
+    bool used;               /* a rank ran in it since it registered (SET_LOCAL_RANK), or it
+                                said its command started (TASK_EV_COMMAND_STARTED): a
                                 one-shot task (not info.elastic) is spent after the job. Not
                                 the agent's late report of its daemon: it may come after a
                                 new task service registered at the index */

@@ -232,6 +232,9 @@ static void task_event(hvd_driver *d, uint32_t index, drv_task *t, const hvd_tas
                       host, index, m->exit_code);
         }
         break;
+    case HVD_TASK_EV_COMMAND_STARTED: /* spent, whether or not a rank comes (one-shot) */
+        t->used = true;
+        break;
     case HVD_TASK_EV_AGENT_GONE: /* weak: mpirun kills its agents when it gives up a launch */
         add_event(d, 0, true,
                   "the agent of host %s (hvd-rsh%s%s) went away while %s ran in task %u: was it "

@@ -17,6 +17,7 @@
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
 #include "held.h"
+#include "notes.h"
 #include "probe.h"
 #include "pump.h"
 #include "state.h"
@@ -176,6 +177,7 @@ static void command_started(hvd_task *t, hvd_call *call, const hvd_run_msg *req)
              (int)hvd_proc_pid(t->cmd), hvd_call_peer_host(call), req->command,
              strlen(req->command) > 300 ? "..." : "");
     held_activate_subs(t);
+    if (!t->cfg.elastic) task_note(t, HVD_TASK_EV_COMMAND_STARTED, 0, 0, NULL);
     if (req->attach)
         held_add_sub(t, call, true, true);
     else

@@ -296,13 +296,16 @@ extern const hvd_msg_desc hvd_wait_shutdown_desc;
 /* TASK_EVENT kinds. DONE and ENDING come on the task's WAIT_SHUTDOWN connection just before it
  * closes (so that the close is understood); the others on a connection of their own. */
 enum {
-    HVD_TASK_EV_DONE = 1,          /* the task ends normally (its command, or its host's, ended
-                                      by itself): its watch closing is no loss */
-    HVD_TASK_EV_ENDING = 2,        /* the task ends early (text: why): lost as of now */
-    HVD_TASK_EV_COMMAND_ENDED = 3, /* its command (orted) ended unasked with exit_code (and
-                                      signal: killed), not 0 */
-    HVD_TASK_EV_AGENT_GONE = 4,    /* the agent that started its command went away while the
-                                      command ran (text: from where) */
+    HVD_TASK_EV_DONE = 1,            /* the task ends normally (its command, or its host's, ended
+                                        by itself): its watch closing is no loss */
+    HVD_TASK_EV_ENDING = 2,          /* the task ends early (text: why): lost as of now */
+    HVD_TASK_EV_COMMAND_ENDED = 3,   /* its command (orted) ended unasked with exit_code (and
+                                        signal: killed), not 0 */
+    HVD_TASK_EV_AGENT_GONE = 4,      /* the agent that started its command went away while the
+                                        command ran (text: from where) */
+    HVD_TASK_EV_COMMAND_STARTED = 5, /* a one-shot task service (no --elastic) started its one
+                                        command: it is spent after this job, even if no rank
+                                        ever ran in it */
 };
 typedef struct hvd_task_event_msg {
     uint32_t index;

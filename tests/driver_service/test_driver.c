@@ -773,6 +773,12 @@ static void test_next_job_release(void) {
     CHECK(c && register_kind(c, 2, "hx", false, &err) == 0);
     CHECK(d && hvd_driver_wait_registration(d, 5000, &err) == 0);
     CHECK(d && hvd_driver_next_job(d, &err) == 0 && hvd_driver_registered(d) == 4);
+    /* Task 3 (one-shot) ran its command this time, though no rank came (mpirun failed
+     * first): spent all the same; task 2 (one-shot, unused) stays. */
+    CHECK(c && task_event(c, 3, HVD_TASK_EV_COMMAND_STARTED, 0, 0, NULL, &err) == 0);
+    CHECK(d && hvd_driver_next_job(d, &err) == 0);
+    CHECK_MSG(d && hvd_driver_registered(d) == 3, "%u registered after task 3's command",
+              d ? hvd_driver_registered(d) : 0);
     for (uint32_t i = 0; i < 4; i++)
         hvd_client_close(w[i]);
     hvd_client_close(c);
