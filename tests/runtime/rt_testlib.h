@@ -174,6 +174,17 @@ static inline void tl_shuffle(int *v, int n, uint64_t seed) {
 }
 
 /* Starts the runtime or exits the test with a message. */
+/* Checks that the runtime still works (after an error, a join): a Sum of rank + 1 named
+ * `name` gives size * (size + 1) / 2 on this rank. */
+static inline void tl_still_works(const char *name) {
+    hvd_err err = {0};
+    int size = hvd_size();
+    int64_t x = hvd_rank() + 1, y = 0;
+    int rc = hvd_allreduce(name, &x, &y, 1, HVD_INT64, HVD_OP_SUM, HVD_DEVICE_CPU, &err);
+    CHECK_MSG(rc == 0 && y == (int64_t)size * (size + 1) / 2, "%s: rc %d y %lld: %s", name, rc,
+              (long long)y, err.msg);
+}
+
 static inline void tl_init(void) {
     hvd_err err = {0};
     if (hvd_init(&err) != 0) {

@@ -76,14 +76,6 @@ static void step(int t) {
     }
 }
 
-static void still_works(const char *name) {
-    hvd_err err = {0};
-    int64_t x = rank_ + 1, y = 0;
-    int rc = hvd_allreduce(name, &x, &y, 1, HVD_INT64, HVD_OP_SUM, HVD_DEVICE_CPU, &err);
-    CHECK_MSG(rc == 0 && y == size_ * (size_ + 1) / 2, "%s: rc %d y %lld: %s", name, rc,
-              (long long)y, err.msg);
-}
-
 static void test_uneven_training(void) {
     for (int t = 0; t < steps_of(rank_); t++)
         step(t);
@@ -104,7 +96,7 @@ static void test_uneven_training(void) {
                   (unsigned long long)after.cached_responses);
     CHECK_MSG(last == size_ - 1, "join on rank %d returned %d, want %d (it joined last)", rank_,
               last, size_ - 1);
-    still_works("after.join");
+    tl_still_works("after.join");
     /* A second round over the same (cached) names, with the roles the same. */
     for (int t = 0; t < steps_of(rank_); t++)
         step(t);
@@ -147,7 +139,7 @@ static void test_other_collective_while_joined(void) {
         CHECK_MSG(hvd_join(HVD_DEVICE_CPU, &last, &err) == 0, "join: %s", err.msg);
     }
     CHECK_MSG(last >= 1, "rank %d: last to join %d, want a rank other than 0", rank_, last);
-    still_works("after.bcast");
+    tl_still_works("after.bcast");
 }
 
 /* Rank 0 joins first, while ranks 1 and 2 negotiate new names every step (nothing cached,
@@ -220,7 +212,7 @@ static void test_cached_others_while_joined(void) {
                   "cached broadcast with rank 0 joined: rc %d: %s", rc, err.msg);
         CHECK_MSG(hvd_join(HVD_DEVICE_CPU, &last, &err) == 0, "join: %s", err.msg);
     }
-    still_works("after.cached.others");
+    tl_still_works("after.cached.others");
 }
 
 /* Bad arguments fail at submission, on this rank alone. */
@@ -261,7 +253,7 @@ int main(void) {
     RUN(test_other_collective_while_joined);
     RUN(test_cached_others_while_joined);
     RUN(test_second_join_refused);
-    still_works("at.end");
+    tl_still_works("at.end");
     hvd_shutdown();
     return test_finish();
 }
