@@ -31,6 +31,7 @@
 #include "hvd/entry.h"
 #include "hvd/proto.h"
 #include "hvd/rpc.h"
+#include "warm.h"
 
 static const char USAGE[] =
     "usage: hvd-exec\n"
@@ -62,6 +63,10 @@ static const char USAGE[] =
     "  mpirun). A program that takes a payload (ARGV_IO: the Python package's functions)\n"
     "  reads it from descriptor HVD_PAYLOAD_FD (3) and may write its result bytes to\n"
     "  HVD_RESULT_FD (4).\n"
+    "A program that is the task service's warm Python interpreter (HVD_WARM_SOCKET set:\n"
+    "  hvd-task --warm-python) is forked from that interpreter instead, with the same\n"
+    "  arguments, environment, directory and descriptors (docs/elastic.md, \"Warm Python\n"
+    "  ranks\").\n"
     "Every entry point also gets HVD_TASK_INDEX and HVD_TASK_ADDRS (the rank's task service,\n"
     "where an elastic rank commits its state: include/hvd/elastic.h).\n"
     "In an elastic job (HVD_ELASTIC_EPOCH set) a rank that ends with status 75 (a reset) tells\n"
@@ -216,11 +221,27 @@ static bool drain_fd(int fd, program_out *o, bool is_stderr) {
     return true;
 }
 
+/* A running program: started by the process runner, or forked by the task service's warm
+ * interpreter (warm.h). */
+typedef struct rank_proc {
+    hvd_proc *cold; /* the process runner's, or NULL: */
+    int warm;       /* the connection to the warm interpreter that forked it */
+    int err_fd;     /* read end of its stderr */
+} rank_proc;
+
+/* Aborts the program: SIGTERM to all of it, SIGKILL after the grace period. */
+static void rank_abort(rank_proc *rp) {
+    if (rp->cold)
+        hvd_proc_abort(rp->cold);
+    else
+        warm_stop(rp->warm);
+}
+
 /* Passes the program's stderr through as it comes, keeping its tail, and collects its result;
- * a signal to us aborts the program (SIGTERM to all of it, SIGKILL after the grace period).
- * Returns once both reach end-of-file: the program and its children closed them. */
-static void pump_program(hvd_proc *p, int sig_fd, program_out *o) {
-    int efd = hvd_proc_stderr_fd(p), rfd = o->result_fd;
+ * a signal to us aborts the program. Returns once both reach end-of-file: the program and its
+ * children closed them. */
+static void pump_program(rank_proc *rp, int sig_fd, program_out *o) {
+    int efd = rp->err_fd, rfd = o->result_fd;
     while (efd >= 0 || rfd >= 0) {
         struct pollfd pf[3] = {{.fd = efd, .events = POLLIN},
                                {.fd = rfd, .events = POLLIN},
@@ -233,7 +254,7 @@ static void pump_program(hvd_proc *p, int sig_fd, program_out *o) {
                 o->stop_signal = sig;
                 o->stop_sender = from;
             }
-            hvd_proc_abort(p);
+            rank_abort(rp);
         }
         if (pf[0].revents && !drain_fd(efd, o, true)) efd = -1;
         if (pf[1].revents && !drain_fd(rfd, o, false)) rfd = -1;
@@ -321,10 +342,82 @@ static void program_error(const char *prog, int status, const tail *t, char *err
         snprintf(error, cap, "%s exited with status %d%s%s", prog, status, *last ? ": " : "", last);
 }
 
-/* Runs a program entry point through the process runner (stdout passed through, stderr
- * watched; an ARGV_IO program also gets the payload and a result pipe). Returns 0 with its
- * status, its result bytes (ARGV_IO) and error text when it failed, or -1 if it could not be
- * started. */
+/* Starts the program in the task service's warm interpreter ($HVD_WARM_SOCKET) if there is
+ * one and the program is that interpreter. Returns 1 if it did (rp->warm, rp->err_fd set), 0
+ * if it is to start cold, -1 if a signal came first (o->stop_signal set). */
+static int start_warm(rank_proc *rp, char *const *argv, char **envp, const int *fds, int nfds,
+                      int sig_fd, program_out *o) {
+    const char *path = getenv(HVD_WARM_SOCKET_ENV);
+    int err[2];
+    if (!path || !*path || pipe2(err, O_CLOEXEC) != 0) return 0;
+    char why[512];
+    int conn = warm_request(path, argv, envp, 1, err[1], fds, nfds, why, sizeof why);
+    close(err[1]);
+    int got = 0;
+    pid_t pid = 0;
+    if (conn >= 0) { /* the interpreter may still be importing: a signal must not wait */
+        struct pollfd pf[2] = {{.fd = conn, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+        while (poll(pf, 2, -1) < 0 && errno == EINTR) {
+        }
+        if (pf[1].revents && (o->stop_signal = hvd_signals_next_from(sig_fd, &o->stop_sender)))
+            got = -1;
+        else
+            got = warm_answer(conn, &pid, why, sizeof why);
+    }
+    /* "cold": not its interpreter (a C rank, another Python), said nothing of; any other
+     * reason to start cold is worth a line. */
+    if (got == -1 && !o->stop_signal) got = 0;
+    if ((conn < 0 || got == -1) && !o->stop_signal)
+        fprintf(stderr, "hvd-exec: warning: %s; starting the rank without it\n", why);
+    if (got != 1) {
+        if (conn >= 0) close(conn); /* a rank forked meanwhile is stopped by the close */
+        close(err[0]);
+        return got;
+    }
+    rp->warm = conn;
+    rp->err_fd = err[0];
+    return 1;
+}
+
+/* Starts the program: warm (start_warm), else through the process runner. Returns 0, or -1
+ * with error (or a stop signal in o). */
+static int start_rank(rank_proc *rp, char *const *argv, char **envp, const int *fds, int nfds,
+                      int sig_fd, program_out *o, char *error, size_t cap) {
+    *rp = (rank_proc){.warm = -1, .err_fd = -1};
+    int warm = start_warm(rp, argv, envp, fds, nfds, sig_fd, o);
+    if (warm != 0) return warm > 0 ? 0 : -1;
+    hvd_proc_spec spec = {.argv = argv,
+                          .envp = envp,
+                          .pass_stdout = true,
+                          .stdout_fd = 1,
+                          .extra_fds = fds,
+                          .n_extra_fds = nfds};
+    hvd_err err;
+    rp->cold = hvd_proc_start(&spec, &err);
+    if (!rp->cold) {
+        snprintf(error, cap, "%s", err.msg);
+        return -1;
+    }
+    rp->err_fd = hvd_proc_stderr_fd(rp->cold);
+    return 0;
+}
+
+/* Waits for the program's end: its status (128 + N: killed by signal N). */
+static void rank_wait(rank_proc *rp, int *status, char *error, size_t cap) {
+    if (rp->cold) {
+        while (hvd_proc_wait(rp->cold, -1, status) > 0) {
+        }
+        hvd_proc_free(rp->cold);
+        return;
+    }
+    close(rp->err_fd);
+    if (warm_wait(rp->warm, status, error, cap) != 0) *status = 1;
+    close(rp->warm);
+}
+
+/* Runs a program entry point (stdout passed through, stderr watched; an ARGV_IO program also
+ * gets the payload and a result pipe). Returns 0 with its status, its result bytes (ARGV_IO)
+ * and error text when it failed, or -1 if it could not be started. */
 static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd, int *status,
                        bool *stopped, hvd_entry_result *res) {
     bool io = code->kind == HVD_CODE_ARGV_IO;
@@ -340,30 +433,32 @@ static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd
         snprintf(pmi, sizeof pmi, "%d", 3 + nfds++);
     }
     char **envp = program_env(ri, io, pmi);
-    hvd_proc_spec spec = {.argv = code->argv.v,
-                          .envp = envp,
-                          .pass_stdout = true,
-                          .stdout_fd = 1,
-                          .extra_fds = fds,
-                          .n_extra_fds = nfds};
-    hvd_err err = {.msg = "out of memory"};
-    hvd_proc *p = envp ? hvd_proc_start(&spec, &err) : NULL;
+    rank_proc rp;
+    int rc = -1;
+    if (!envp)
+        snprintf(res->error, sizeof res->error, "out of memory");
+    else
+        rc = start_rank(&rp, code->argv.v, envp, fds, nfds, sig_fd, &o, res->error,
+                        sizeof res->error);
     hvd_env_free(envp);
     for (int i = 0; i < nfds; i++) /* the program holds them now */
         hvd_close_fd(&fds[i]);
-    if (!p) {
-        snprintf(res->error, sizeof res->error, "%s", err.msg);
+    if (rc != 0 && o.stop_signal) { /* stopped while the warm interpreter was busy */
+        hvd_close_fd(&o.result_fd);
+        *status = 128 + o.stop_signal;
+        *stopped = stop_or_kill(o.stop_signal, o.stop_sender, res->error, sizeof res->error);
+        return 0;
+    }
+    if (rc != 0) {
         hvd_close_fd(&o.result_fd);
         return -1;
     }
-    pump_program(p, sig_fd, &o);
+    pump_program(&rp, sig_fd, &o);
     hvd_close_fd(&o.result_fd);
-    while (hvd_proc_wait(p, -1, status) > 0) {
-    }
-    hvd_proc_free(p);
+    rank_wait(&rp, status, res->error, sizeof res->error);
     if (o.stop_signal && *status != 0)
         *stopped = stop_or_kill(o.stop_signal, o.stop_sender, res->error, sizeof res->error);
-    else if (*status != 0)
+    else if (*status != 0 && !res->error[0])
         program_error(code->argv.v[0], *status, &o.t, res->error, sizeof res->error);
     if (o.too_big && *status == 0) {
         *status = 1;

@@ -95,6 +95,16 @@ static void usage(FILE *f) {
           "                         for, whichever index of the host this is, and keep the\n"
           "                         newest state a rank commits here; exit when the driver\n"
           "                         ends the job (with the last command's status).\n"
+          "    --warm-python PY     keep the Python interpreter PY running, with the modules\n"
+          "                         of --warm-imports imported, for as long as this service\n"
+          "                         runs; a rank whose program is PY (PY script.py, PY -m\n"
+          "                         module, PY -c code) is forked from it instead of starting\n"
+          "                         anew, so it does not import torch again: what makes an\n"
+          "                         elastic reset of Python ranks fast. PY needs the hvd_bridge\n"
+          "                         package on its path. Default: $HVD_WARM_PYTHON, else none.\n"
+          "    --warm-imports LIST  modules PY imports, comma-separated. Default:\n"
+          "                         $HVD_WARM_IMPORTS, else torch,torch._dynamo (the second\n"
+          "                         is what torch's first optimizer imports).\n"
           "    --log-level LEVEL    error, warn, info (default) or debug.\n"
           "    --help               print this text and exit.\n"
           "    SEC values may have a fraction (0.5).\n"
@@ -105,6 +115,7 @@ static void usage(FILE *f) {
           "    HVD_SECRET_FILE      file holding the secret, if HVD_SECRET is not set.\n"
           "    HVD_HOST_HASH        overrides the computed host hash.\n"
           "    HVD_NET_TIMEOUT      default for --net-timeout, in seconds.\n"
+          "    HVD_WARM_PYTHON, HVD_WARM_IMPORTS  defaults for --warm-python, --warm-imports.\n"
           "    HVD_KEEPER           the program that keeps the command: default hvd-keeper in\n"
           "                         $HVD_BIN_DIR or beside hvd-task; 'none': a forked copy of\n"
           "                         hvd-task.\n"
@@ -211,7 +222,8 @@ typedef struct task_opts {
     const char *driver, *gpus, *host_hash, *nics, *bind, *secret_file;
     int start_ms, grace_ms, life_ms, net_ms, level;
     bool has_index;
-    bool elastic; /* --elastic */
+    bool elastic;                           /* --elastic */
+    const char *warm_python, *warm_imports; /* --warm-python, --warm-imports */
 } task_opts;
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -264,6 +276,8 @@ enum {
     O_LEVEL,
     O_NET,
     O_ELASTIC,
+    O_WARM_PYTHON,
+    O_WARM_IMPORTS,
     O_HELP
 };
 
@@ -281,6 +295,8 @@ static const struct option LONG_OPTS[] = {
     {"log-level", required_argument, NULL, O_LEVEL},
     {"net-timeout", required_argument, NULL, O_NET},
     {"elastic", no_argument, NULL, O_ELASTIC},
+    {"warm-python", required_argument, NULL, O_WARM_PYTHON},
+    {"warm-imports", required_argument, NULL, O_WARM_IMPORTS},
     {"help", no_argument, NULL, O_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -315,6 +331,12 @@ static int take(int c, const char *v, task_opts *o) {
     case O_ELASTIC:
         o->elastic = true;
         return 0;
+    case O_WARM_PYTHON:
+        o->warm_python = *v ? v : NULL;
+        return 0;
+    case O_WARM_IMPORTS:
+        o->warm_imports = v;
+        return 0;
     case O_START:
         if ((ms = parse_secs(v)) <= 0) return bad_usage("bad --start-timeout %s", v);
         o->start_ms = ms;
@@ -344,7 +366,10 @@ static int parse(int argc, char **argv, task_opts *o) {
                      .grace_ms = HVD_GRACE_DEFAULT_MS,
                      .life_ms = HVD_MIN_LIFETIME_DEFAULT_MS,
                      .net_ms = HVD_NET_TIMEOUT_DEFAULT_S * 1000,
-                     .level = HVD_LOG_INFO};
+                     .level = HVD_LOG_INFO,
+                     .warm_python = getenv("HVD_WARM_PYTHON"),
+                     .warm_imports = getenv("HVD_WARM_IMPORTS")};
+    if (o->warm_python && !*o->warm_python) o->warm_python = NULL;
     const char *net_env = getenv(HVD_NET_TIMEOUT_ENV);
     if (net_env && *net_env && (o->net_ms = parse_secs(net_env)) <= 0)
         return bad_usage("bad HVD_NET_TIMEOUT %s", net_env);
@@ -395,7 +420,9 @@ static hvd_task *start_task(const task_opts *o, int *status) {
                            .bind_host = o->bind,
                            .log = log_line,
                            .log_level = o->level,
-                           .elastic = o->elastic};
+                           .elastic = o->elastic,
+                           .warm_python = o->warm_python,
+                           .warm_imports = o->warm_imports};
     int rc = o->secret_file ? hvd_secret_read_file(&cfg.secret, o->secret_file, &err)
                             : hvd_secret_load_env(&cfg.secret, &err);
     if (rc != 0) {

@@ -81,9 +81,13 @@ hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err) {
  * NULL if it cannot be made); the keeper removes it when the command ends. */
 void task_make_shm_dir(hvd_task *t) {
     if (t->shm_dir || hvd_env_get(t->cmd_env, "OMPI_MCA_btl_vader_backing_directory")) return;
+    t->shm_dir = task_temp_dir("hvd-task");
+}
+
+char *task_temp_dir(const char *prefix) {
     const char *tmp = getenv("TMPDIR");
     char path[512];
-    snprintf(path, sizeof path, "%s/hvd-task-XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (tmp && *tmp ? tmp : "/tmp"));
-    if (mkdtemp(path)) t->shm_dir = strdup(path);
+    snprintf(path, sizeof path, "%s/%s-XXXXXX",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (tmp && *tmp ? tmp : "/tmp"), prefix);
+    return mkdtemp(path) ? strdup(path) : NULL;
 }

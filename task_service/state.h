@@ -91,7 +91,10 @@ struct hvd_task {
     char *work_dir;
     uint16_t free_port; /* a port free on this host at start: MASTER_PORT if it runs rank 0 */
     char *shm_dir;      /* private dir for Open MPI's shared-memory files, or NULL */
-    char **gpus;        /* NULL-terminated */
+    char *warm_dir;     /* the warm interpreter's directory (its socket), or NULL */
+    char warm_socket[600];
+    hvd_proc *warm; /* the warm interpreter (warm.c), or NULL */
+    char **gpus;    /* NULL-terminated */
     size_t ngpus;
     hvd_addr *driver_addrs;
     size_t n_driver_addrs;
@@ -169,5 +172,8 @@ int task_attempt_ms(int64_t deadline_ms);
 hvd_client *task_driver_connect(hvd_task *t, int timeout_ms, hvd_err *err);
 /* Makes t->shm_dir for the command (loop, before the command starts). */
 void task_make_shm_dir(hvd_task *t);
+/* A private temporary directory ("<prefix>-XXXXXX" in /dev/shm, else $TMPDIR, else /tmp),
+ * malloc'd, or NULL. */
+char *task_temp_dir(const char *prefix);
 
 #endif

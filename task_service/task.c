@@ -25,6 +25,7 @@
 #include "notes.h"
 #include "run.h"
 #include "state.h"
+#include "warm.h"
 
 extern char **environ;
 
@@ -59,7 +60,8 @@ static int init_gpus(hvd_task *t, const char *const *cfg_gpus, hvd_err *err) {
 }
 
 /* The command's base environment: the executor's plus what every command of the job gets. */
-static int init_env(hvd_task *t, char *const *base, hvd_err *err) {
+static int init_env(hvd_task *t, const hvd_task_config *cfg, hvd_err *err) {
+    char *const *base = cfg->base_env;
     char secret[45], index[16], pid[16];
     if (!base) base = environ;
     hvd_secret_to_base64(&t->cfg.secret, secret);
@@ -72,9 +74,10 @@ static int init_env(hvd_task *t, char *const *base, hvd_err *err) {
         {HVD_WORK_DIR_ENV, t->work_dir},
         {HVD_TASK_INDEX_ENV, index},
         {HVD_TASK_PID_ENV, pid},
-        {"OMPI_MCA_btl_vader_backing_directory", t->shm_dir}, /* last: left out when NULL */
+        {NULL, NULL}, /* HVD_WARM_SOCKET, if any */
     };
-    size_t n = sizeof ch / sizeof ch[0] - (t->shm_dir ? 0 : 1);
+    size_t n = sizeof ch / sizeof ch[0] - 1;
+    n += (size_t)task_warm_prepare(t, cfg, &ch[n]);
     t->cmd_env = hvd_env_build(base, ch, n, err);
     memset(secret, 0, sizeof secret);
     return t->cmd_env ? 0 : -1;
@@ -189,6 +192,7 @@ static void task_free(hvd_task *t) {
     hvd_local_out_destroy(t->local);
     hvd_server_destroy(t->srv);
     hvd_proc_free(t->cmd);
+    task_warm_stop(t);
     while (t->subs) {
         task_sub *s = t->subs;
         t->subs = s->next;
@@ -296,12 +300,12 @@ hvd_task *hvd_task_start(const hvd_task_config *cfg, hvd_err *err) {
         return NULL;
     }
     if (init_identity(t, cfg, err) != 0 || init_abort_fd(t, err) != 0 ||
-        init_server(t, cfg->bind_host, cfg->nics, err) != 0 ||
-        init_env(t, cfg->base_env, err) != 0 || hvd_server_start(t->srv, err) != 0 ||
-        register_task(t, err) != 0) {
+        init_server(t, cfg->bind_host, cfg->nics, err) != 0 || init_env(t, cfg, err) != 0 ||
+        hvd_server_start(t->srv, err) != 0 || register_task(t, err) != 0) {
         task_free(t);
         return NULL;
     }
+    task_warm_start(t, cfg);
     return t;
 }
 

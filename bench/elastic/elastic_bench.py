@@ -2,7 +2,7 @@
 """How fast an elastic job resets (docs/performance.md, "Elastic jobs").
 
     python3 bench/elastic/elastic_bench.py [--build build] [--hosts 2,4,8] [--runs 3] [--smoke]
-                                           [--python PYTHON]
+                                           [--python PYTHON [--start cold|warm|both]]
 
 Fake hosts on this machine (`hvd-driver run --local`), one task service and one rank each,
 training the elastic SGD example (examples/train_sgd: a step every ~20 ms, a commit every 4
@@ -24,7 +24,10 @@ With --python PYTHON (an interpreter with torch and scikit-learn), the ranks run
 PyTorch example instead (examples/python/train_elastic.py: hvd_bridge.torch.elastic, a step
 every ~20 ms plus the MLP's own, a commit every 4 steps; the package from build/python): the
 relaunch then includes starting Python and importing torch in every new rank, and restoring
-the TorchState.
+the TorchState. --start warm gives every task service a warm interpreter (hvd-task
+--warm-python PYTHON with torch, scikit-learn and hvd_bridge.torch imported, docs/elastic.md):
+new ranks are forked from it and import nothing; --start both measures cold and warm starts
+alternately, run by run.
 
 Prints a table (median of --runs, min-max) and writes build/elastic-bench.json (with --python,
 build/elastic-bench-python.json). --smoke: one run at 2 hosts, for CI.
@@ -53,12 +56,16 @@ ARGS = None
 class Job:
     """hvd-driver run over fake hosts, its stderr lines and rank 0's log timestamped."""
 
-    def __init__(self, d, args):
+    def __init__(self, d, args, warm):
         self.mark = uuid.uuid4().hex
         self.log = os.path.join(d, "train.log")
         env = hvdtest.marked_env(self.mark)
+        env.pop("HVD_WARM_PYTHON", None)
         if ARGS.python:
             env["PYTHONPATH"] = os.path.join(ARGS.build, "python")
+            if warm:
+                env["HVD_WARM_PYTHON"] = ARGS.python
+                env["HVD_WARM_IMPORTS"] = "torch,torch._dynamo,sklearn.datasets,hvd_bridge.torch"
             work = ["--", ARGS.python, os.path.join(REPO, "examples", "python", "train_elastic.py"),
                     "--epochs", "400", "--commit-every", "4", "--sleep", "0.02", "--log",
                     self.log]
@@ -111,10 +118,11 @@ class Job:
         hvdtest.assert_no_leftovers(self.mark, 20)
 
 
-def loss(n):
+def loss(n, warm):
     """SIGKILL of host n-1's task service -> the next launch's ranks training."""
     with tempfile.TemporaryDirectory() as d:
-        job = Job(d, ["-np", str(n), "--min-np", "1", "--max-np", str(n), "--local", str(n)])
+        job = Job(d, ["-np", str(n), "--min-np", "1", "--max-np", str(n), "--local", str(n)],
+                  warm)
         try:
             job.wait(lambda: len(job.commits()) >= 3, "commits")
             t_kill = time.time()
@@ -128,7 +136,7 @@ def loss(n):
             job.end()
 
 
-def grow(n):
+def grow(n, warm):
     """A host added to the discovery script -> the launch with it training."""
     with tempfile.TemporaryDirectory() as d:
         hosts = os.path.join(d, "hosts")
@@ -136,7 +144,7 @@ def grow(n):
         with open(hosts, "w") as f:
             f.write("".join(h + ":1\n" for h in names[:-1]))
         job = Job(d, ["-np", str(n - 1), "--min-np", "1", "--max-np", str(n), "--local", "1",
-                      "--host-discovery-script", "cat " + hosts])
+                      "--host-discovery-script", "cat " + hosts], warm)
         try:
             job.wait(lambda: len(job.commits()) >= 3 and job.starts()[-1][1] == n - 1,
                      "commits of the first launch")
@@ -168,27 +176,37 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--python", help="run examples/python/train_elastic.py with this Python")
+    ap.add_argument("--start", choices=["cold", "warm", "both"], default="cold",
+                    help="with --python: how new ranks start (default cold)")
     ARGS = ap.parse_args()
     if ARGS.smoke:
         ARGS.hosts, ARGS.runs = "2", 1
+    if ARGS.start != "cold" and not ARGS.python:
+        ap.error("--start %s needs --python" % ARGS.start)
+    modes = ["cold", "warm"] if ARGS.start == "both" else [ARGS.start]
     os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    out = {"load_before": load, "cores": os.cpu_count(), "loss": {}, "grow": {},
+    out = {"load_before": load, "cores": os.cpu_count(),
            "ranks": "python train_elastic.py" if ARGS.python else "train_sgd (C)"}
+    for m in modes:
+        out[m] = {"loss": {}, "grow": {}}
     print("load average before: %s (%d cores)" % (" ".join(load), os.cpu_count()))
     for n in [int(x) for x in ARGS.hosts.split(",")]:
-        out["loss"][n] = [loss(n) for _ in range(ARGS.runs)]
-        out["grow"][n] = [grow(n) for _ in range(ARGS.runs)]
-    print("| hosts | loss -> resumed (s) | of which: stop | relaunch | new host -> training (s) "
-          "| of which: discovery | commit | relaunch |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n in out["loss"]:
-        l, g = out["loss"][n], out["grow"][n]
-        print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
-            n, summary(l, "total"), summary(l, "stop"), summary(l, "relaunch"),
-            summary(g, "total"), summary(g, "discovery"), summary(g, "commit"),
-            summary(g, "relaunch")))
+        for r in range(ARGS.runs):  # the modes alternate, the order rotating run by run
+            for m in modes[r % len(modes):] + modes[:r % len(modes)]:
+                out[m]["loss"].setdefault(n, []).append(loss(n, m == "warm"))
+                out[m]["grow"].setdefault(n, []).append(grow(n, m == "warm"))
+    print("| %shosts | loss -> resumed (s) | of which: stop | relaunch | new host -> training (s) "
+          "| of which: discovery | commit | relaunch |" % ("ranks start | " if ARGS.python else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if ARGS.python else ""))
+    for m in modes:
+        for n in out[m]["loss"]:
+            l, g = out[m]["loss"][n], out[m]["grow"][n]
+            print("| %s%d | %s | %s | %s | %s | %s | %s | %s |" % (
+                m + " | " if ARGS.python else "", n, summary(l, "total"), summary(l, "stop"),
+                summary(l, "relaunch"), summary(g, "total"), summary(g, "discovery"),
+                summary(g, "commit"), summary(g, "relaunch")))
     with open("/proc/loadavg") as f:
         out["load_after"] = f.read().split()[:3]
     print("load average after: %s" % " ".join(out["load_after"]))

@@ -35,6 +35,9 @@ void hvd_task_service_name(uint32_t index, char out[HVD_SERVICE_NAME_MAX]);
 /* Set by hvd-exec for the entry point: the addresses of the rank's task service (text form),
  * where an elastic rank commits its state. */
 #define HVD_TASK_ADDRS_ENV "HVD_TASK_ADDRS"
+/* Set by a task service that keeps a warm interpreter (hvd_task_config.warm_python) for its
+ * command: the Unix socket where hvd-exec hands it a rank that runs that interpreter. */
+#define HVD_WARM_SOCKET_ENV "HVD_WARM_SOCKET"
 /* Set by hvd-driver's elastic launches for the ranks: which mpirun of the job this is. */
 #define HVD_ELASTIC_EPOCH_ENV "HVD_ELASTIC_EPOCH"
 

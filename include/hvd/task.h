@@ -50,18 +50,26 @@ typedef struct hvd_task_config {
                                 0: HVD_MIN_LIFETIME_DEFAULT_MS; < 0: none */
     hvd_task_log_fn log;     /* NULL: none */
     void *log_user;
-    int log_level;         /* lines above this level are not passed to log */
-    int net_timeout_ms;    /* the driver counts as gone (and the command is ended) when the
-                              watcher's connection to it hears nothing for about this long (TCP
-                              keepalive, TCP_USER_TIMEOUT: a network partition);
-                              <= 0: HVD_NET_TIMEOUT_DEFAULT_S s */
-    const char *bind_host; /* where to listen: a numeric address or an interface name
-                              (hvd_bind_resolve), then the only address advertised; NULL:
-                              every interface */
-    bool elastic;          /* an elastic job (docs/elastic.md): the service runs one command at
-                              a time, any number of them, whichever task of its host it is, and
-                              hvd_task_run waits for the driver's shutdown instead of the first
-                              command's end; it keeps the newest state a rank committed to it */
+    int log_level;            /* lines above this level are not passed to log */
+    int net_timeout_ms;       /* the driver counts as gone (and the command is ended) when the
+                                 watcher's connection to it hears nothing for about this long (TCP
+                                 keepalive, TCP_USER_TIMEOUT: a network partition);
+                                 <= 0: HVD_NET_TIMEOUT_DEFAULT_S s */
+    const char *bind_host;    /* where to listen: a numeric address or an interface name
+                                 (hvd_bind_resolve), then the only address advertised; NULL:
+                                 every interface */
+    bool elastic;             /* an elastic job (docs/elastic.md): the service runs one command at
+                                 a time, any number of them, whichever task of its host it is, and
+                                 hvd_task_run waits for the driver's shutdown instead of the first
+                                 command's end; it keeps the newest state a rank committed to it */
+    const char *warm_python;  /* or NULL: a Python interpreter the service keeps running with
+                                 warm_imports imported, from its start to its end; a rank
+                                 that runs this interpreter is forked from it instead of
+                                 starting (and importing) anew (docs/elastic.md, "Warm Python
+                                 ranks"). Needs the hvd_bridge package on that interpreter's
+                                 path; without it ranks start as usual. */
+    const char *warm_imports; /* comma-separated modules for warm_python; NULL:
+                                 HVD_WARM_IMPORTS_DEFAULT (torch, torch._dynamo) */
 } hvd_task_config;
 
 /* Starts the task service and registers it with the driver (retrying with backoff while the

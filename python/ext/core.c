@@ -514,11 +514,13 @@ static void task_log(void *user, int level, const char *line) {
 }
 
 static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"index",     "driver", "secret",        "gpus",        "work_dir",
-                             "host_hash", "nics",   "start_timeout", "net_timeout", "min_lifetime",
-                             "log_level", "bind",   "elastic",       NULL};
+    static char *kwlist[] = {"index",       "driver",       "secret",       "gpus",
+                             "work_dir",    "host_hash",    "nics",         "start_timeout",
+                             "net_timeout", "min_lifetime", "log_level",    "bind",
+                             "elastic",     "warm_python",  "warm_imports", NULL};
     int index;
-    const char *driver, *work_dir = NULL, *host_hash = NULL, *level_s = "warn", *bind = NULL;
+    const char *driver, *work_dir = NULL, *host_hash = NULL, *level_s = "warn", *bind = NULL,
+                        *warm_python = NULL, *warm_imports = NULL;
     Py_buffer secret = {.buf = NULL};
     PyObject *gpus_o = Py_None, *nics_o = Py_None;
     double start_timeout = HVD_TASK_START_TIMEOUT_DEFAULT_S,
@@ -529,9 +531,10 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     int elastic = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "isy*|OzzOdddszp", kwlist, &index, &driver, &secret,
-                                     &gpus_o, &work_dir, &host_hash, &nics_o, &start_timeout,
-                                     &net_timeout, &min_lifetime, &level_s, &bind, &elastic))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "isy*|OzzOdddszpzz", kwlist, &index, &driver,
+                                     &secret, &gpus_o, &work_dir, &host_hash, &nics_o,
+                                     &start_timeout, &net_timeout, &min_lifetime, &level_s, &bind,
+                                     &elastic, &warm_python, &warm_imports))
         return -1;
     char **gpus = NULL, **nics = NULL;
     hvd_addr *addrs = NULL;
@@ -568,7 +571,9 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
                            .log = task_log,
                            .log_user = self->prefix,
                            .log_level = level,
-                           .elastic = elastic};
+                           .elastic = elastic,
+                           .warm_python = warm_python,
+                           .warm_imports = warm_imports};
     memcpy(cfg.secret.key, secret.buf, HVD_SECRET_LEN);
     PyThreadState *ts = PyEval_SaveThread();
     self->t = hvd_task_start(&cfg, &err);
@@ -664,7 +669,8 @@ static PyTypeObject TaskType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Task(index, driver, secret, gpus=None, work_dir=None, host_hash=None, nics=None, "
               "start_timeout=600, net_timeout=15, min_lifetime=3, log_level='warn', "
-              "elastic=False): the task service of one executor slot (include/hvd/task.h)",
+              "elastic=False, warm_python=None, warm_imports=None): the task service of one "
+              "executor slot (include/hvd/task.h)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)task_init,
     .tp_dealloc = (destructor)task_dealloc,

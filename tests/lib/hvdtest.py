@@ -37,6 +37,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -111,6 +112,20 @@ def run_cases(cases, names):
     if failed:
         return 1
     return SKIP if skipped and not passed else 0
+
+
+def run_cases_in_tmpdir(namespace, names, prefix):
+    """run_cases over the test_* functions of namespace with TMPDIR a fresh directory
+    (prefix), for the jobs and for this process's own tempfile calls, removed afterwards
+    with whatever the cases left there."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.environ["TMPDIR"] = tmp
+    tempfile.tempdir = None  # tempfile read TMPDIR once already: read it again
+    try:
+        return run_cases(cases_in(namespace), names)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tempfile.tempdir = None
 
 
 # ---- environment ---------------------------------------------------------------------------

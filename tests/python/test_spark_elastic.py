@@ -4,7 +4,9 @@ spark_elastic_app.py trains an MLP with hvd_bridge.torch.elastic on Spark's loca
 (2 executors of 2 cores: 4 task services); once its ranks have committed twice, this test
 SIGKILLs one executor JVM (with its PySpark workers and the task services in them). The job
 is reset over the other executor's tasks, goes on from the last commit, and ends with the
-model of an undisturbed run; nothing of the application is left running.
+model of an undisturbed run; nothing of the application is left running. The job runs with
+warm=True: while it trains, each task service has a warm interpreter and the ranks are
+forked from them.
 
 Exits 77 (skip) when Java, pyspark, torch, scikit-learn or mpirun is missing, or under a
 sanitizer build.
@@ -31,6 +33,11 @@ ARGS = None
 def executors(marker):
     return sorted(pid for pid, p in hvdtest.processes_with(marker, hvdtest.MARKER_VAR).items()
                   if "CoarseGrainedExecutorBackend" in p.cmdline)
+
+
+def warm_processes(marker):
+    return sorted(pid for pid, p in hvdtest.processes_with(marker, hvdtest.MARKER_VAR).items()
+                  if "hvd_bridge._warm" in p.cmdline)
 
 
 def commits(log):
@@ -60,6 +67,10 @@ def test_executor_killed():
                     proc.returncode, out.read()[-6000:]))
             execs = executors(app.marker)
             check(len(execs) == 2, "two executors while it trains: %s" % execs)
+            warm = warm_processes(app.marker)
+            forked = [p for p in warm if hvdtest.parent_of(p) in warm]
+            check(len(warm) - len(forked) == 4 and len(forked) == 4,
+                  "4 warm interpreters and 4 ranks forked from them: %s" % warm)
             os.kill(execs[-1], signal.SIGKILL)
             proc.wait(timeout=600)
         finally:

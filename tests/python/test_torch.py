@@ -30,7 +30,6 @@ Exits 77 when torch, scikit-learn, cloudpickle or mpirun is missing, or under a 
 """
 import os
 import re
-import shutil
 import sys
 import tempfile
 import uuid
@@ -191,11 +190,7 @@ def main():
     import cloudpickle
     import torch_cases
     cloudpickle.register_pickle_by_value(torch_cases)  # the ranks need not import it
-    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="hvd-torch-test.")
-    try:
-        return hvdtest.run_cases(hvdtest.cases_in(globals()), ARGS.cases)
-    finally:
-        shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)
+    return hvdtest.run_cases_in_tmpdir(globals(), ARGS.cases, "hvd-torch-test.")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -270,12 +270,7 @@ print("after_shutdown ok")
 def main():
     global ARGS
     ARGS = hvdtest.package_test_args(modules=("sklearn", "torch"))
-    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="hvd-torch-elastic.")
-    try:
-        return hvdtest.run_cases(hvdtest.cases_in(globals()), ARGS.cases)
-    finally:
-        import shutil
-        shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)
+    return hvdtest.run_cases_in_tmpdir(globals(), ARGS.cases, "hvd-torch-elastic.")
 
 
 if __name__ == "__main__":

@@ -76,10 +76,12 @@ def _check_daemon(index, need):
         _NO_DAEMON, socket.gethostname(), index, daemon, where, fix))
 
 
-def _task_fn(addrs, secret, start_timeout, net_timeout, log_level, elastic=False, need=None):
+def _task_fn(addrs, secret, start_timeout, net_timeout, log_level, elastic=False, need=None,
+             warm_imports=None):
     """The function every Spark task runs: a task service for the partition's index (an
     elastic one, in a plain stage, for run_elastic), after checking that the MPI's daemon is
-    there (need: _daemon_need's answer; None: no check)."""
+    there (need: _daemon_need's answer; None: no check); with warm_imports (comma-separated
+    modules), a warm interpreter of the worker's Python with them imported."""
 
     def task(index, iterator):
         if need is not None:
@@ -95,7 +97,8 @@ def _task_fn(addrs, secret, start_timeout, net_timeout, log_level, elastic=False
         os.environ["HVD_PYTHON"] = sys.executable
         t = core.Task(index, addrs, secret, gpus=gpus, work_dir=os.getcwd(),
                       start_timeout=start_timeout, net_timeout=net_timeout, log_level=log_level,
-                      elastic=elastic)
+                      elastic=elastic, warm_python=sys.executable if warm_imports else None,
+                      warm_imports=warm_imports)
         try:
             code = t.run()
         except core.HvdError as e:
@@ -208,7 +211,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
 def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=None,
                 start_timeout=None, elastic_timeout=None, reset_limit=None, env=None, stdout=None,
                 stderr=None, verbose=1, nics=None, prefix_output_with_timestamp=False,
-                min_num_proc=None, max_num_proc=None, extra_mpi_args=None, executable=None):
+                min_num_proc=None, max_num_proc=None, extra_mpi_args=None, executable=None,
+                warm=False, warm_imports=("torch", "torch._dynamo")):
     """Runs ``fn(*args, **kwargs)`` as an elastic job inside the Spark application's executors
     (``horovod.spark.run_elastic``) and returns the return values of the last launch's ranks
     in rank order.
@@ -221,7 +225,10 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
     ranks the first launch waits for. fn should use hvd_bridge.torch.elastic (TorchState,
     @hvd.elastic.run) to commit its state and resume from it; each reset is one line on stderr.
     elastic_timeout: seconds with fewer than min_np slots before the job fails (default 600);
-    reset_limit: most resets (default: none). The other arguments are run()'s.
+    reset_limit: most resets (default: none). warm=True: every task service keeps a warm
+    interpreter (the worker's Python with warm_imports imported) from which the ranks are
+    forked, so that a reset does not import torch again (docs/elastic.md, "Warm Python
+    ranks"); it costs an interpreter's memory per task. The other arguments are run()'s.
     """
     from pyspark import SparkContext
 
@@ -244,7 +251,8 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
     secret = base64.b64decode(driver.job_env()["HVD_SECRET"])
     task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
                        "info" if verbose >= 2 else "warn", elastic=True,
-                       need=_daemon_need(mpi_args))
+                       need=_daemon_need(mpi_args),
+                       warm_imports=",".join(warm_imports) if warm else None)
     spark = _SparkJob(sc, group, max_np, task_fn, driver, barrier=False)
     out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
     err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)

@@ -1,0 +1,399 @@
+"""The warm interpreter of a task service (docs/elastic.md, "Warm Python ranks").
+
+A task service started with ``--warm-python PY`` runs ``PY -m hvd_bridge._warm`` once: it
+imports the modules named in ``--imports`` (hvd-task passes torch and torch._dynamo by
+default) and then waits on a Unix socket.
+``hvd-exec``, asked to run a program that is this interpreter (``PY script.py ...``,
+``PY -m module ...``, ``PY -c code ...``), hands the request here instead of starting a new
+interpreter: this process forks, and the child becomes the rank with the request's arguments,
+environment, working directory and descriptors, without importing torch again. Everything
+else (another interpreter, options that change how Python starts) is answered "cold" and
+``hvd-exec`` starts the program itself.
+
+Protocol (SOCK_SEQPACKET, one message each, peers of the same user only):
+  request  "hvd-warm 1" NUL cwd NUL argc NUL argv... NUL envc NUL env... NUL, with the
+           descriptors stdout, stderr and the program's descriptors 3, 4, ... attached;
+  answers  "cold <why>": run it yourself; "started <pid>", later "exit <status>" (a signal
+           N as 128 + N). The requester closing its end (or dying) stops the rank: SIGTERM to
+           its process group, SIGKILL after --grace-ms.
+"""
+import argparse
+import atexit
+import ctypes
+import fcntl
+import importlib
+import os
+import runpy
+import selectors
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+
+MAGIC = "hvd-warm 1"
+MAX_REQUEST = 1 << 20
+MAX_FDS = 8
+PR_SET_PDEATHSIG = 1
+
+
+def _say(line):
+    sys.stderr.write("hvd-warm[%d]: %s\n" % (os.getpid(), line))
+    sys.stderr.flush()
+
+
+def _parse(data):
+    """(cwd, argv, env) of a request; ValueError if it is malformed."""
+    parts = data.split(b"\0")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    fields = [p.decode("utf-8", "surrogateescape") for p in parts]
+    if len(fields) < 3 or fields[0] != MAGIC:
+        raise ValueError("not an hvd-warm request")
+    cwd, rest = fields[1], fields[2:]
+    argc = int(rest[0])
+    argv, rest = rest[1:1 + argc], rest[1 + argc:]
+    envc = int(rest[0])
+    env_items = rest[1:1 + envc]
+    if argc < 1 or len(argv) != argc or len(env_items) != envc or len(rest) != 1 + envc:
+        raise ValueError("bad counts")
+    env = {}
+    for item in env_items:
+        k, sep, v = item.partition("=")
+        if sep and k:
+            env[k] = v
+    return cwd, argv, env
+
+
+def _resolve(prog, env):
+    if "/" in prog:
+        return os.path.abspath(prog)
+    for d in env.get("PATH", os.defpath).split(os.pathsep):
+        p = os.path.join(d or ".", prog)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return os.path.abspath(p)
+    return None
+
+
+def _same_interpreter(prog, env):
+    """Whether prog is this interpreter: the same file in the same directory (a virtual
+    environment's python is a link to the base one, but its directory makes it the venv's)."""
+    path = _resolve(prog, env)
+    if not path:
+        return False
+
+    def key(p):
+        return os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+
+    return key(path) == key(sys.executable)
+
+
+def _plan(argv, env):
+    """What the child runs: ("path", file, args) / ("module", name, args) / ("code", text,
+    args), and whether unbuffered; or a reason (str) to run cold."""
+    if not _same_interpreter(argv[0], env):
+        return "%s is not the warm interpreter %s" % (argv[0], sys.executable)
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+    no_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    i = 1
+    while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-", "-m", "-c"):
+        flags = argv[i][1:]
+        if not flags or any(f not in "uB" for f in flags):
+            return "option %s changes how Python starts" % argv[i]
+        unbuffered |= "u" in flags
+        no_bytecode |= "B" in flags
+        i += 1
+    if i >= len(argv):
+        return "no script (an interactive interpreter)"
+    if argv[i] in ("-m", "-c"):
+        if i + 1 >= len(argv):
+            return "%s without an argument" % argv[i]
+        kind = "module" if argv[i] == "-m" else "code"
+        return (kind, argv[i + 1], argv[i + 2:], unbuffered, no_bytecode)
+    if argv[i] == "-":
+        return "a script on stdin"
+    return ("path", argv[i], argv[i + 1:], unbuffered, no_bytecode)
+
+
+# ---- The child: becomes the rank ----------------------------------------------------------
+
+
+def _die_with(parent):
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _take_fds(fds):
+    """fds (stdout, stderr, then the program's 3, 4, ...) become 1, 2, 3, ...; 0 is
+    /dev/null. Every other descriptor the zygote opened for itself is closed by the caller."""
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 256) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    if null != 0:
+        os.dup2(null, 0)
+        os.close(null)
+    for target, fd in zip([1, 2] + [3 + i for i in range(len(high) - 2)], high):
+        os.dup2(fd, target)
+        os.close(fd)
+
+
+def _python_path(env):
+    """The entries of the rank's PYTHONPATH the zygote's sys.path lacks, placed as Python
+    would (before the standard library)."""
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    sys.path[1:1] = extra
+
+
+def _run(plan):
+    kind, what, args, unbuffered, no_bytecode = plan
+    if unbuffered:
+        for s in (sys.stdout, sys.stderr):
+            s.reconfigure(write_through=True)
+    sys.dont_write_bytecode = no_bytecode
+    if kind == "path":
+        sys.argv = [what] + args
+        sys.path[0] = os.path.dirname(os.path.abspath(what))
+        runpy.run_path(what, run_name="__main__")
+    elif kind == "module":
+        sys.argv = [what] + args
+        sys.path[0] = os.getcwd()
+        runpy.run_module(what, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = ["-c"] + args
+        sys.path[0] = ""
+        main = type(sys)("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(what, "<string>", "exec"), main.__dict__)
+
+
+def _exit_code(e):
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code & 0xFF
+    sys.stderr.write("%s\n" % (e.code,))
+    return 1
+
+
+def _child(zygote, plan, cwd, env, fds):
+    os.setpgid(0, 0)
+    _die_with(zygote)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _take_fds(fds)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    _python_path(env)
+    code = 0
+    try:
+        _run(plan)
+    except SystemExit as e:
+        code = _exit_code(e)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    # What the interpreter does on its way out: non-daemon threads, atexit, the streams.
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+        code = code or 1
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+# ---- The zygote -----------------------------------------------------------------------------
+
+
+class Rank:
+    def __init__(self, conn, pid, pidfd):
+        self.conn, self.pid, self.pidfd = conn, pid, pidfd
+        self.kill_at = None  # SIGKILL after this time (monotonic), once stopped
+
+
+class Zygote:
+    def __init__(self, path, grace_s):
+        self.grace_s = grace_s
+        self.sel = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.listener.bind(path)
+        self.listener.listen(128)
+        self.sel.register(self.listener, selectors.EVENT_READ, ("accept", None))
+        self.ranks = {}
+        self.parent = os.getppid()
+
+    def own_fds(self):
+        return [self.listener.fileno(), self.sel.fileno()] + [
+            k.fd for k in self.sel.get_map().values()]
+
+    def accept(self):
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", cred)
+        if uid != os.getuid():
+            conn.close()
+            return
+        self.sel.register(conn, selectors.EVENT_READ, ("request", None))
+
+    def request(self, conn):
+        self.sel.unregister(conn)
+        fds = []
+        try:
+            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, MAX_FDS)
+            cwd, argv, env = _parse(data)
+            if len(fds) < 2:
+                raise ValueError("no stdout and stderr")
+        except (OSError, ValueError, IndexError) as e:
+            for fd in fds:
+                os.close(fd)
+            self.answer(conn, "cold bad request: %s" % e)
+            conn.close()
+            return
+        plan = _plan(argv, env)
+        if isinstance(plan, str):
+            for fd in fds:
+                os.close(fd)
+            self.answer(conn, "cold " + plan)
+            conn.close()
+            return
+        self.fork(conn, plan, cwd, env, fds)
+
+    def fork(self, conn, plan, cwd, env, fds):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        me = os.getpid()
+        mine = self.own_fds() + [conn.fileno()]
+        pid = os.fork()
+        if pid == 0:  # never returns: a child must not go on serving
+            try:
+                for fd in set(mine):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                _child(me, plan, cwd, env, fds)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(127)
+        for fd in fds:
+            os.close(fd)
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        pidfd = os.pidfd_open(pid)
+        rank = Rank(conn, pid, pidfd)
+        self.ranks[pid] = rank
+        self.sel.register(conn, selectors.EVENT_READ, ("stop", rank))
+        self.sel.register(pidfd, selectors.EVENT_READ, ("exited", rank))
+        self.answer(conn, "started %d" % pid)
+
+    @staticmethod
+    def answer(conn, text):
+        try:
+            conn.send(text.encode())
+        except OSError:
+            pass
+
+    def stop(self, rank):
+        """The requester closed its end or died: stop the rank, SIGKILL after the grace."""
+        if self.ranks.get(rank.pid) is not rank:  # it exited in the same round
+            return
+        try:
+            rank.conn.recv(64)
+        except OSError:
+            pass
+        self.sel.unregister(rank.conn)
+        if rank.kill_at is None:
+            self.signal(rank, signal.SIGTERM)
+            self.signal(rank, signal.SIGCONT)
+            rank.kill_at = time.monotonic() + self.grace_s
+
+    @staticmethod
+    def signal(rank, sig):
+        try:
+            os.killpg(rank.pid, sig)
+        except OSError:
+            pass
+
+    def exited(self, rank):
+        _, status = os.waitpid(rank.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        self.signal(rank, signal.SIGKILL)  # what it left in its group
+        self.sel.unregister(rank.pidfd)
+        os.close(rank.pidfd)
+        if rank.kill_at is None:
+            self.sel.unregister(rank.conn)
+        self.answer(rank.conn, "exit %d" % (128 - code if code < 0 else code))
+        rank.conn.close()
+        del self.ranks[rank.pid]
+
+    def timeout(self):
+        due = [r.kill_at for r in self.ranks.values() if r.kill_at is not None]
+        return max(0.0, min(due) - time.monotonic()) if due else 1.0
+
+    def serve(self):
+        while os.getppid() == self.parent:
+            for key, _ in self.sel.select(self.timeout()):
+                what, rank = key.data
+                if what == "accept":
+                    self.accept()
+                elif what == "request":
+                    self.request(key.fileobj)
+                elif what == "stop":
+                    self.stop(rank)
+                else:
+                    self.exited(rank)
+            now = time.monotonic()
+            for rank in list(self.ranks.values()):
+                if rank.kill_at is not None and now >= rank.kill_at:
+                    self.signal(rank, signal.SIGKILL)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m hvd_bridge._warm",
+                                 description="A task service's warm interpreter (started by "
+                                 "hvd-task --warm-python; not meant to be run by hand).")
+    ap.add_argument("--socket", required=True, help="the Unix socket to serve on")
+    ap.add_argument("--imports", default="torch",
+                    help="comma-separated modules to import before serving")
+    ap.add_argument("--grace-ms", type=int, default=5000,
+                    help="SIGTERM to SIGKILL when a rank is stopped (default: 5000)")
+    a = ap.parse_args(argv)
+    if sys.version_info < (3, 9):  # socket.recv_fds, os.pidfd_open
+        _say("a warm interpreter needs Python 3.9 or later (this is %d.%d): ranks start cold"
+             % sys.version_info[:2])
+        return 1
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    z = Zygote(a.socket, a.grace_ms / 1000.0)
+    for name in filter(None, (m.strip() for m in a.imports.split(","))):
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the ranks that need it will say so themselves
+            _say("cannot import %s: %s (ranks import it themselves)" % (name, e))
+    z.serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
