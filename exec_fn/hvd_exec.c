@@ -347,9 +347,11 @@ static void program_error(const char *prog, int status, const tail *t, char *err
  * if it is to start cold, -1 if a signal came first (o->stop_signal set). */
 static int start_warm(rank_proc *rp, char *const *argv, char **envp, const int *fds, int nfds,
                       int sig_fd, program_out *o) {
-    const char *path = getenv(HVD_WARM_SOCKET_ENV);
+    const char *path = getenv(HVD_WARM_SOCKET_ENV), *python = getenv(HVD_WARM_PYTHON_ENV);
     int err[2];
-    if (!path || !*path || pipe2(err, O_CLOEXEC) != 0) return 0;
+    if (!path || !*path || !python || !warm_may_run(python, argv, envp) ||
+        pipe2(err, O_CLOEXEC) != 0)
+        return 0;
     char why[512];
     int conn = warm_request(path, argv, envp, 1, err[1], fds, nfds, why, sizeof why);
     close(err[1]);
@@ -386,6 +388,8 @@ static int start_rank(rank_proc *rp, char *const *argv, char **envp, const int *
     *rp = (rank_proc){.warm = -1, .err_fd = -1};
     int warm = start_warm(rp, argv, envp, fds, nfds, sig_fd, o);
     if (warm != 0) return warm > 0 ? 0 : -1;
+    /* A payload the warm interpreter may have begun to read (it went away) starts over. */
+    if (nfds > 0) (void)lseek(fds[0], 0, SEEK_SET);
     hvd_proc_spec spec = {.argv = argv,
                           .envp = envp,
                           .pass_stdout = true,

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/env.h"
 
 #define WARM_MAGIC      "hvd-warm 1"
 #define WARM_MAX_FDS    8
@@ -45,12 +46,15 @@ static int build_request(hvd_buf *b, char *const *argv, char *const *envp) {
 }
 
 static int send_request(int fd, const hvd_buf *b, const int *all, int n) {
-    char ctl[CMSG_SPACE(sizeof(int) * WARM_MAX_FDS)];
-    memset(ctl, 0, sizeof ctl);
+    union { /* aligned for cmsghdr */
+        char buf[CMSG_SPACE(sizeof(int) * WARM_MAX_FDS)];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
     struct iovec iov = {.iov_base = b->data, .iov_len = b->len};
     struct msghdr m = {.msg_iov = &iov,
                        .msg_iovlen = 1,
-                       .msg_control = ctl,
+                       .msg_control = ctl.buf,
                        .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
@@ -62,6 +66,30 @@ static int send_request(int fd, const hvd_buf *b, const int *all, int n) {
         sent = sendmsg(fd, &m, MSG_NOSIGNAL);
     while (sent < 0 && errno == EINTR);
     return sent == (ssize_t)b->len ? 0 : -1;
+}
+
+/* prog as exec would find it (through envp's PATH), resolved to its real file; NULL if none. */
+static char *real_program(const char *prog, char *const *envp) {
+    if (strchr(prog, '/')) return realpath(prog, NULL);
+    const char *path = hvd_env_get(envp, "PATH");
+    for (const char *p = path ? path : "/usr/bin:/bin"; p;) {
+        const char *end = strchr(p, ':');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char cand[4096];
+        if (snprintf(cand, sizeof cand, "%.*s/%s", (int)n, n ? p : ".", prog) < (int)sizeof cand &&
+            access(cand, X_OK) == 0)
+            return realpath(cand, NULL);
+        p = end ? end + 1 : NULL;
+    }
+    return NULL;
+}
+
+bool warm_may_run(const char *python, char *const *argv, char *const *envp) {
+    char *a = real_program(argv[0], envp), *b = realpath(python, NULL);
+    bool same = a && b && strcmp(a, b) == 0;
+    free(a);
+    free(b);
+    return same;
 }
 
 int warm_request(const char *path, char *const *argv, char *const *envp, int stdout_fd,

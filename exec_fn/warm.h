@@ -3,8 +3,15 @@
 #ifndef HVD_EXEC_WARM_H
 #define HVD_EXEC_WARM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+
+/* Whether argv[0] (found through envp's PATH) is the same file as python, the warm
+ * interpreter's path, once links are resolved: only then is the interpreter asked (it
+ * decides; a venv's python and its base interpreter are the same file but not the same
+ * Python). Other programs start at once, without waiting for the interpreter's imports. */
+bool warm_may_run(const char *python, char *const *argv, char *const *envp);
 
 /* Asks the warm interpreter listening at path to fork a rank running argv with envp, in the
  * current directory, with stdout_fd as its stdout, stderr_fd as its stderr and fds[i] as its

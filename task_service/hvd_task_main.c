@@ -367,7 +367,7 @@ static int parse(int argc, char **argv, task_opts *o) {
                      .life_ms = HVD_MIN_LIFETIME_DEFAULT_MS,
                      .net_ms = HVD_NET_TIMEOUT_DEFAULT_S * 1000,
                      .level = HVD_LOG_INFO,
-                     .warm_python = getenv("HVD_WARM_PYTHON"),
+                     .warm_python = getenv(HVD_WARM_PYTHON_ENV),
                      .warm_imports = getenv("HVD_WARM_IMPORTS")};
     if (o->warm_python && !*o->warm_python) o->warm_python = NULL;
     const char *net_env = getenv(HVD_NET_TIMEOUT_ENV);

@@ -93,6 +93,7 @@ struct hvd_task {
     char *shm_dir;      /* private dir for Open MPI's shared-memory files, or NULL */
     char *warm_dir;     /* the warm interpreter's directory (its socket), or NULL */
     char warm_socket[600];
+    int warm_fd;    /* its listening socket until the interpreter has it, else -1 */
     hvd_proc *warm; /* the warm interpreter (warm.c), or NULL */
     char **gpus;    /* NULL-terminated */
     size_t ngpus;

@@ -74,9 +74,10 @@ static int init_env(hvd_task *t, const hvd_task_config *cfg, hvd_err *err) {
         {HVD_WORK_DIR_ENV, t->work_dir},
         {HVD_TASK_INDEX_ENV, index},
         {HVD_TASK_PID_ENV, pid},
-        {NULL, NULL}, /* HVD_WARM_SOCKET, if any */
+        {NULL, NULL}, /* HVD_WARM_SOCKET and HVD_WARM_PYTHON, if any */
+        {NULL, NULL},
     };
-    size_t n = sizeof ch / sizeof ch[0] - 1;
+    size_t n = sizeof ch / sizeof ch[0] - 2;
     n += (size_t)task_warm_prepare(t, cfg, &ch[n]);
     t->cmd_env = hvd_env_build(base, ch, n, err);
     memset(secret, 0, sizeof secret);
@@ -247,6 +248,7 @@ static hvd_task *task_new(const hvd_task_config *cfg) {
     if (t->cfg.net_timeout_ms <= 0) t->cfg.net_timeout_ms = HVD_NET_TIMEOUT_DEFAULT_S * 1000;
     hvd_task_service_name(cfg->index, t->name);
     t->abort_efd = -1;
+    t->warm_fd = -1;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* task_wait_until's deadlines */

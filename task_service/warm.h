@@ -5,10 +5,11 @@
 #include "common/env.h"
 #include "hvd/task.h"
 
-/* Before the command's environment is built: makes the interpreter's directory and fills *ch
- * with the variable that names its socket. Returns 1 if it did, 0 if there is no warm
- * interpreter (none configured, or the directory could not be made: logged). */
-int task_warm_prepare(hvd_task *t, const hvd_task_config *cfg, hvd_env_change *ch);
+/* Before the command's environment is built (and the service registers): makes the
+ * interpreter's directory and listening socket, and fills ch with the variables that name
+ * the socket and the interpreter. Returns how many it filled (2), or 0 if there is no warm
+ * interpreter (none configured, or its directory or socket could not be made: logged). */
+int task_warm_prepare(hvd_task *t, const hvd_task_config *cfg, hvd_env_change ch[2]);
 /* Starts the interpreter (after task_warm_prepare); a failure is logged, and ranks start
  * cold. */
 void task_warm_start(hvd_task *t, const hvd_task_config *cfg);

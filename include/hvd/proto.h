@@ -38,6 +38,9 @@ void hvd_task_service_name(uint32_t index, char out[HVD_SERVICE_NAME_MAX]);
 /* Set by a task service that keeps a warm interpreter (hvd_task_config.warm_python) for its
  * command: the Unix socket where hvd-exec hands it a rank that runs that interpreter. */
 #define HVD_WARM_SOCKET_ENV "HVD_WARM_SOCKET"
+/* ... and the interpreter's path (also hvd-task's default for --warm-python): hvd-exec asks
+ * the interpreter only for ranks whose program is the same file. */
+#define HVD_WARM_PYTHON_ENV "HVD_WARM_PYTHON"
 /* Set by hvd-driver's elastic launches for the ranks: which mpirun of the job this is. */
 #define HVD_ELASTIC_EPOCH_ENV "HVD_ELASTIC_EPOCH"
 

@@ -21,6 +21,7 @@ import argparse
 import atexit
 import ctypes
 import fcntl
+import gc
 import importlib
 import os
 import runpy
@@ -67,20 +68,21 @@ def _parse(data):
     return cwd, argv, env
 
 
-def _resolve(prog, env):
+def _resolve(prog, env, cwd):
+    """prog as the rank's exec would find it: through its PATH, relative to its directory."""
     if "/" in prog:
-        return os.path.abspath(prog)
+        return os.path.join(cwd, prog)
     for d in env.get("PATH", os.defpath).split(os.pathsep):
-        p = os.path.join(d or ".", prog)
+        p = os.path.join(cwd, d or ".", prog)
         if os.path.isfile(p) and os.access(p, os.X_OK):
-            return os.path.abspath(p)
+            return p
     return None
 
 
-def _same_interpreter(prog, env):
+def _same_interpreter(prog, env, cwd):
     """Whether prog is this interpreter: the same file in the same directory (a virtual
     environment's python is a link to the base one, but its directory makes it the venv's)."""
-    path = _resolve(prog, env)
+    path = _resolve(prog, env, cwd)
     if not path:
         return False
 
@@ -90,11 +92,32 @@ def _same_interpreter(prog, env):
     return key(path) == key(sys.executable)
 
 
-def _plan(argv, env):
+# Variables read when native libraries load (the dynamic loader, OpenMP, MKL, OpenBLAS): a
+# rank whose values differ from this interpreter's would not get them, so it starts cold.
+# OMP_NUM_THREADS is the exception: torch.set_num_threads applies it in the rank.
+_LOAD_TIME = ("LD_", "OMP_", "MKL_", "OPENBLAS_", "GOMP_", "KMP_", "MALLOC_")
+
+
+# This interpreter's environment before its imports (a library may set variables as it
+# loads: Intel's OpenMP sets KMP_INIT_AT_FORK).
+_START_ENV = dict(os.environ)
+
+
+def _load_time_change(env):
+    for k in set(env) | set(_START_ENV):
+        if k.startswith(_LOAD_TIME) and k != "OMP_NUM_THREADS" and env.get(k) != _START_ENV.get(k):
+            return k
+    return None
+
+
+def _plan(argv, env, cwd):
     """What the child runs: ("path", file, args) / ("module", name, args) / ("code", text,
     args), and whether unbuffered; or a reason (str) to run cold."""
-    if not _same_interpreter(argv[0], env):
+    if not _same_interpreter(argv[0], env, cwd):
         return "%s is not the warm interpreter %s" % (argv[0], sys.executable)
+    changed = _load_time_change(env)
+    if changed:
+        return "%s differs from the warm interpreter's, and is read when libraries load" % changed
     unbuffered = bool(env.get("PYTHONUNBUFFERED"))
     no_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     i = 1
@@ -114,6 +137,8 @@ def _plan(argv, env):
         return (kind, argv[i + 1], argv[i + 2:], unbuffered, no_bytecode)
     if argv[i] == "-":
         return "a script on stdin"
+    if not os.path.isfile(os.path.join(cwd, argv[i])):
+        return "%s is not a file (a directory or zip application starts cold)" % argv[i]
     return ("path", argv[i], argv[i + 1:], unbuffered, no_bytecode)
 
 
@@ -152,6 +177,30 @@ def _python_path(env):
     sys.path[1:1] = extra
 
 
+def _new_main(**attrs):
+    """A fresh __main__ module that stays sys.modules["__main__"] to the end (atexit
+    handlers and pickling at exit see the program's, not this module)."""
+    main = type(sys)("__main__")
+    main.__dict__.update(__builtins__=__builtins__, **attrs)
+    sys.modules["__main__"] = main
+    return main
+
+
+def _reseed(env):
+    """What a new process would have differently: fresh random seeds (Python's random
+    reseeds itself after a fork; numpy's and torch's global generators do not), and the
+    rank's OMP_NUM_THREADS for torch, whose OpenMP read it when it loaded."""
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
+        n = env.get("OMP_NUM_THREADS", "")
+        if n.isdigit() and int(n) > 0:
+            torch.set_num_threads(int(n))
+
+
 def _run(plan):
     kind, what, args, unbuffered, no_bytecode = plan
     if unbuffered:
@@ -161,16 +210,20 @@ def _run(plan):
     if kind == "path":
         sys.argv = [what] + args
         sys.path[0] = os.path.dirname(os.path.abspath(what))
-        runpy.run_path(what, run_name="__main__")
+        with open(what, "rb") as f:
+            code = compile(f.read(), what, "exec")
+        main = _new_main(__file__=what, __cached__=None, __loader__=None, __spec__=None,
+                         __package__=None)
+        exec(code, main.__dict__)
     elif kind == "module":
         sys.argv = [what] + args
         sys.path[0] = os.getcwd()
-        runpy.run_module(what, run_name="__main__", alter_sys=True)
+        _new_main()  # runs in the dict of sys.modules["__main__"]: not this module's
+        runpy._run_module_as_main(what, alter_argv=True)  # what `python -m` runs
     else:
         sys.argv = ["-c"] + args
         sys.path[0] = ""
-        main = type(sys)("__main__")
-        sys.modules["__main__"] = main
+        main = _new_main(__loader__=None, __spec__=None, __package__=None)
         exec(compile(what, "<string>", "exec"), main.__dict__)
 
 
@@ -193,21 +246,24 @@ def _child(zygote, plan, cwd, env, fds):
     os.environ.clear()
     os.environ.update(env)
     _python_path(env)
+    _reseed(env)
     code = 0
     try:
         _run(plan)
     except SystemExit as e:
         code = _exit_code(e)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        code = 130
     except BaseException:
-        traceback.print_exc()
-        code = 1
-    # What the interpreter does on its way out: non-daemon threads, atexit, the streams.
+        sys.excepthook(*sys.exc_info())
+        code = 130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1
+    # What the interpreter does on its way out: non-daemon threads, atexit, then the
+    # program's objects (a file it never closed is flushed as it is finalised), the streams.
     try:
         threading._shutdown()
         atexit._run_exitfuncs()
+        main = sys.modules.get("__main__")
+        if main is not None and main.__name__ == "__main__":
+            main.__dict__.clear()
+        gc.collect()
     except BaseException:
         traceback.print_exc()
         code = code or 1
@@ -222,6 +278,16 @@ def _child(zygote, plan, cwd, env, fds):
 # ---- The zygote -----------------------------------------------------------------------------
 
 
+def _gone(conn):
+    """Whether the requester closed its end (it was stopped while waiting for an answer)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
 class Rank:
     def __init__(self, conn, pid, pidfd):
         self.conn, self.pid, self.pidfd = conn, pid, pidfd
@@ -229,19 +295,23 @@ class Rank:
 
 
 class Zygote:
-    def __init__(self, path, grace_s):
+    def __init__(self, listener, grace_s):
         self.grace_s = grace_s
         self.sel = selectors.DefaultSelector()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.listener.bind(path)
-        self.listener.listen(128)
+        self.listener = listener
         self.sel.register(self.listener, selectors.EVENT_READ, ("accept", None))
         self.ranks = {}
         self.parent = os.getppid()
 
     def own_fds(self):
-        return [self.listener.fileno(), self.sel.fileno()] + [
-            k.fd for k in self.sel.get_map().values()]
+        """Every descriptor of the zygote's own: the child closes them."""
+        fds = [self.listener.fileno(), self.sel.fileno()]
+        fds += [k.fd for k in self.sel.get_map().values()]
+        for r in self.ranks.values():
+            fds.append(r.conn.fileno())
+            if r.pidfd is not None:
+                fds.append(r.pidfd)
+        return fds
 
     def accept(self):
         try:
@@ -269,10 +339,13 @@ class Zygote:
             self.answer(conn, "cold bad request: %s" % e)
             conn.close()
             return
-        plan = _plan(argv, env)
+        plan = _plan(argv, env, cwd)
+        if isinstance(plan, tuple) and _gone(conn):
+            plan = "the requester went away"  # stopped while we were importing
         if isinstance(plan, str):
             for fd in fds:
                 os.close(fd)
+            _say("a rank starts cold: %s" % plan)
             self.answer(conn, "cold " + plan)
             conn.close()
             return
@@ -283,7 +356,14 @@ class Zygote:
         sys.stderr.flush()
         me = os.getpid()
         mine = self.own_fds() + [conn.fileno()]
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            self.answer(conn, "cold cannot fork: %s" % e)
+            conn.close()
+            return
         if pid == 0:  # never returns: a child must not go on serving
             try:
                 for fd in set(mine):
@@ -302,11 +382,15 @@ class Zygote:
             os.setpgid(pid, pid)
         except OSError:
             pass
-        pidfd = os.pidfd_open(pid)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:  # out of descriptors: polled instead
+            pidfd = None
         rank = Rank(conn, pid, pidfd)
         self.ranks[pid] = rank
         self.sel.register(conn, selectors.EVENT_READ, ("stop", rank))
-        self.sel.register(pidfd, selectors.EVENT_READ, ("exited", rank))
+        if pidfd is not None:
+            self.sel.register(pidfd, selectors.EVENT_READ, ("exited", rank))
         self.answer(conn, "started %d" % pid)
 
     @staticmethod
@@ -337,12 +421,14 @@ class Zygote:
         except OSError:
             pass
 
-    def exited(self, rank):
-        _, status = os.waitpid(rank.pid, 0)
+    def exited(self, rank, status=None):
+        if status is None:
+            _, status = os.waitpid(rank.pid, 0)
         code = os.waitstatus_to_exitcode(status)
         self.signal(rank, signal.SIGKILL)  # what it left in its group
-        self.sel.unregister(rank.pidfd)
-        os.close(rank.pidfd)
+        if rank.pidfd is not None:
+            self.sel.unregister(rank.pidfd)
+            os.close(rank.pidfd)
         if rank.kill_at is None:
             self.sel.unregister(rank.conn)
         self.answer(rank.conn, "exit %d" % (128 - code if code < 0 else code))
@@ -350,8 +436,18 @@ class Zygote:
         del self.ranks[rank.pid]
 
     def timeout(self):
-        due = [r.kill_at for r in self.ranks.values() if r.kill_at is not None]
-        return max(0.0, min(due) - time.monotonic()) if due else 1.0
+        due = [r.kill_at for r in self.ranks.values() if r.kill_at not in (None, float("inf"))]
+        wait = max(0.0, min(due) - time.monotonic()) if due else 1.0
+        if any(r.pidfd is None for r in self.ranks.values()):
+            wait = min(wait, 0.05)
+        return wait
+
+    def poll_unwatched(self):
+        """Ranks without a pidfd: reaped by polling."""
+        for rank in [r for r in self.ranks.values() if r.pidfd is None]:
+            pid, status = os.waitpid(rank.pid, os.WNOHANG)
+            if pid:
+                self.exited(rank, status)
 
     def serve(self):
         while os.getppid() == self.parent:
@@ -365,17 +461,23 @@ class Zygote:
                     self.stop(rank)
                 else:
                     self.exited(rank)
+            self.poll_unwatched()
             now = time.monotonic()
             for rank in list(self.ranks.values()):
                 if rank.kill_at is not None and now >= rank.kill_at:
                     self.signal(rank, signal.SIGKILL)
+                    rank.kill_at = float("inf")  # once: its pidfd says when it is gone
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m hvd_bridge._warm",
                                  description="A task service's warm interpreter (started by "
                                  "hvd-task --warm-python; not meant to be run by hand).")
-    ap.add_argument("--socket", required=True, help="the Unix socket to serve on")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", help="bind and serve this Unix socket path")
+    where.add_argument("--socket-fd", type=int,
+                       help="serve this listening SOCK_SEQPACKET socket (hvd-task binds it "
+                       "before it registers, so that no rank finds it missing)")
     ap.add_argument("--imports", default="torch",
                     help="comma-separated modules to import before serving")
     ap.add_argument("--grace-ms", type=int, default=5000,
@@ -386,7 +488,13 @@ def main(argv=None):
              % sys.version_info[:2])
         return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    z = Zygote(a.socket, a.grace_ms / 1000.0)
+    if a.socket_fd is not None:
+        listener = socket.socket(fileno=a.socket_fd)
+    else:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(a.socket)
+        listener.listen(128)
+    z = Zygote(listener, a.grace_ms / 1000.0)
     for name in filter(None, (m.strip() for m in a.imports.split(","))):
         try:
             importlib.import_module(name)

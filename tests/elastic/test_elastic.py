@@ -145,10 +145,6 @@ def same_weights(got, ref):
               worst, TOL, got, ref))
 
 
-def reset_lines(err):
-    return [l for l in err.splitlines() if re.match(r"hvd-driver: reset \d+:", l)]
-
-
 # ---- cases ----------------------------------------------------------------------------------
 
 def test_kill_host():
@@ -168,7 +164,7 @@ def test_kill_host():
             hvdtest.kill(victims)
             rc, err = job.finish()
             check(rc == 0, "the job failed after losing a host (%d):\n%s" % (rc, err[-4000:]))
-            resets = reset_lines(err)
+            resets = hvdtest.reset_lines(err)
             later = [" ".join(l) for l in job.lines() if float(l[0]) >= killed_at]
             check(len(resets) == 1 and "went away" in resets[0] and "now 2 ranks" in resets[0],
                   "one reset line naming the lost task and the new size: %s\n(killed %s at %.3f; "
@@ -207,7 +203,7 @@ def test_grow():
             os.rename(hosts + ".new", hosts)
             rc, err = job.finish()
             check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
-            resets = reset_lines(err)
+            resets = hvdtest.reset_lines(err)
             check(len(resets) == 1 and "came: elgrowB" in resets[0] and "now 4 ranks" in resets[0],
                   "one reset that adds elgrowB: %s\n(the driver's stderr, end:)\n%s" % (resets, err[-4000:]))
             starts = job.starts()
@@ -294,7 +290,7 @@ def test_blacklist():
         try:
             rc, err = job.finish()
             check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
-            resets = reset_lines(err)
+            resets = hvdtest.reset_lines(err)
             check(len(resets) == 1, "one reset: %s" % resets)
             check(re.search(r"on host elblBad\) failed with status 3.*host elblBad blacklisted "
                             r"for \d+ s", resets[0]), "the reset blames elblBad: %s" % resets[0])
@@ -326,7 +322,7 @@ def test_reset_limit():
             last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1]
             check("reset 2 times, more than --reset-limit 1 allows" in last,
                   "the last line says why: %s" % last)
-            check(len(reset_lines(err)) == 1, "one reset ran: %s" % reset_lines(err))
+            check(len(hvdtest.reset_lines(err)) == 1, "one reset ran: %s" % hvdtest.reset_lines(err))
         finally:
             job.close()
 
@@ -381,7 +377,7 @@ def test_registered_tasks():
             hvdtest.kill([tasks[1].pid])
             rc, err = job.finish()
             check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
-            resets = reset_lines(err)
+            resets = hvdtest.reset_lines(err)
             check(len(resets) == 2 and "came: elregC" in resets[0] and
                   "hosts left: elregB" in resets[1] and "now 2 ranks" in resets[1],
                   "a grow to elregC, then elregB lost: %s" % resets)
@@ -405,7 +401,7 @@ def test_commit_too_large():
         try:
             rc, err = job.finish()
             check(rc != 0, "the job must fail:\n%s" % err[-3000:])
-            check(not reset_lines(err) and "blacklisted" not in err,
+            check(not hvdtest.reset_lines(err) and "blacklisted" not in err,
                   "no reset, no host blamed:\n%s" % err[-4000:])
             last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1]
             check(re.search(r"job failed: rank \d .*commit 1 failed: the state to commit is 80\.0 "

@@ -128,6 +128,15 @@ def run_cases_in_tmpdir(namespace, names, prefix):
         tempfile.tempdir = None
 
 
+def reset_lines(err):
+    """hvd-driver's reset lines ("hvd-driver: reset N: ...") in an elastic job's stderr.
+    mpirun writes to the same stderr, and a crashing mpirun of the old launch (Open MPI 4.1's
+    segfault in PMIx_Finalize when its daemons are killed) may leave half a line that the
+    driver's line then ends: found anywhere in a line."""
+    found = (re.search(r"hvd-driver: reset \d+:.*", l) for l in err.splitlines())
+    return [m.group(0) for m in found if m]
+
+
 # ---- environment ---------------------------------------------------------------------------
 
 def marked_env(mark, bin_dir=None, **extra):

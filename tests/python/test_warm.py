@@ -7,18 +7,20 @@ finds the module already imported by another process, and its parent is the inte
 Cases:
   forms        `PY script.py args`, `PY -m module args` and `PY -c code args` are forked warm:
                argv, sys.path[0], the working directory, the rank's environment, stdin
-               (/dev/null), stdout and stderr as a cold rank has them; `PY -E script` and a
+               (/dev/null), stdout and stderr as a cold rank has them, a file left open
+               flushed at the end; `PY -E script` and a
                program that is not PY (/bin/sh) start cold and work
   status       a rank's exit status and last stderr line reach the driver (exit 3), and a rank
                killed by a signal is reported as killed (SIGKILL: 137)
-  stop         a rank that never ends is stopped when another rank fails: the job ends, the
-               rank is gone
+  stop         a rank that never ends and ignores SIGTERM is stopped when another rank fails
+               (SIGKILL after the grace period): the job ends, the rank is gone
   task_killed  SIGKILL of the task service: its warm interpreter and the rank forked from it
                are gone, the job fails
   function     hvd_bridge.run(fn, np=2): the pickled function (descriptors 3 and 4) runs in
                warm ranks and its results come back
-  unreachable  an interpreter that cannot start: one warning per rank, the ranks start cold
-               and the job succeeds
+  unreachable  an interpreter that does not exist: the task service says so, the ranks start
+               cold and the job succeeds; one that starts but cannot serve (no hvd_bridge on
+               its path): one warning per rank, cold ranks, the job succeeds
   garbage      the warm interpreter on its own, fed garbage, truncated and malformed requests,
                requests without descriptors and dropped connections: it answers "cold" or
                nothing, and still runs a good request afterwards (its status comes back)
@@ -56,6 +58,8 @@ print("INFO " + json.dumps({
     "cwd": os.getcwd(), "work_dir": os.environ.get("HOROVOD_SPARK_WORK_DIR"),
     "stdin": sys.stdin.read(), "name": __name__}), flush=True)
 print("rank %s on stderr" % os.environ["HOROVOD_RANK"], file=sys.stderr, flush=True)
+unclosed = open(os.path.join(os.environ["WARM_TEST_DIR"], "unclosed.%s" % os.environ["HOROVOD_RANK"]), "w")  # flushed at the end
+unclosed.write("written, never closed")
 """
 
 
@@ -76,6 +80,7 @@ class Case:
         env["PYTHONPATH"] = os.pathsep.join([ARGS.pythonpath, self.dir])
         env["HVD_WARM_PYTHON"] = python or sys.executable
         env["HVD_WARM_IMPORTS"] = MARKER
+        env["WARM_TEST_DIR"] = self.dir
         env.pop("PYTHONUNBUFFERED", None)
         return env
 
@@ -130,6 +135,9 @@ def test_forms():
                 ([sys.executable, script, "a", "b c"], [script, "a", "b c"], c.dir),
                 ([sys.executable, "-u", "-m", "rank_module", "x"], [os.path.join(c.dir, "rank_module.py"), "x"], None),
                 ([sys.executable, "-c", RANK_SCRIPT, "y"], ["-c", "y"], "")]:
+            for r in range(2):
+                if os.path.exists(os.path.join(c.dir, "unclosed.%d" % r)):
+                    os.unlink(os.path.join(c.dir, "unclosed.%d" % r))
             rc, out, err, _ = job(c, 2, program)
             check(rc == 0, "%s: the job failed (%d):\n%s" % (program[1], rc, err[-3000:]))
             for r, info in enumerate(infos(out, 2)):
@@ -139,6 +147,9 @@ def test_forms():
                     check(info["path0"] == path0, "sys.path[0] %r, not %r" % (info["path0"], path0))
                 check(info["name"] == "__main__" and info["stdin"] == "", "main, stdin: %r" % info)
                 check(info["cwd"] == info["work_dir"], "runs in the work dir: %r" % info)
+                with open(os.path.join(c.dir, "unclosed.%d" % r)) as f:
+                    check(f.read() == "written, never closed",
+                          "a file the program never closed is flushed at its end")
                 check("[1,%d]<stderr>:rank %d on stderr" % (r, r) in err, "stderr of rank %d:\n%s" % (
                     r, err[-2000:]))
         # Cold: an option that changes how Python starts, and a program that is not Python.
@@ -170,6 +181,7 @@ if os.environ["HOROVOD_RANK"] == "0":
         rc, out, err, _ = job(c, 2, [sys.executable, script])
         check(rc != 0 and re.search(r"rank 0 .*killed by signal 9", err),
               "rank 0 killed by SIGKILL (%d):\n%s" % (rc, err[-3000:]))
+        check_warm(infos(out, 2)[0])
 
 
 def wait_pid_file(path, timeout=60):
@@ -182,8 +194,9 @@ def test_stop():
     with Case() as c:
         pid_file = os.path.join(c.dir, "rank0.pid")
         script = c.file("stop.py", r"""
-import os, sys, time
+import os, signal, sys, time
 if os.environ["HOROVOD_RANK"] == "0":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the SIGKILL after the grace ends it
     with open(%r + ".tmp", "w") as f:
         f.write(str(os.getpid()))
     os.rename(%r + ".tmp", %r)
@@ -193,9 +206,20 @@ while not os.path.exists(%r):
 sys.exit(1)
 """ % (pid_file, pid_file, pid_file, pid_file))
         t0 = time.time()
-        rc, out, err, _ = job(c, 2, [sys.executable, script])
+        p = subprocess.Popen(driver("-np", "2", "--local", "2", "--", sys.executable, script),
+                             env=c.env(), cwd=c.dir, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        pid = wait_pid_file(pid_file)
+        with open("/proc/%d/cmdline" % hvdtest.parent_of(pid), "rb") as f:
+            check(b"hvd_bridge._warm" in f.read(), "rank 0's parent is the warm interpreter")
+        try:
+            _, err = p.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise
+        rc, err = p.returncode, err.decode(errors="replace")
         check(rc == 1, "the job fails with rank 1's status (%d):\n%s" % (rc, err[-3000:]))
-        pid = int(open(pid_file).read())
         check(not hvdtest.wait_gone(lambda: os.path.exists("/proc/%d" % pid), 10),
               "rank 0 (pid %d) still runs" % pid)
         check(time.time() - t0 < 60, "the job took %.0f s to end" % (time.time() - t0))
@@ -276,8 +300,15 @@ def test_unreachable():
             check_warm(info, warm=False)
         check(re.search(r"hvd-task\[\d\]: warning: no warm interpreter \(ranks start cold\)", err),
               "the task service says it has no warm interpreter:\n%s" % err[-3000:])
-        warnings = re.findall(r"hvd-exec: warning: cannot reach the warm interpreter at \S+: "
-                              r".*; starting the rank without it", err)
+        # An interpreter that starts, but without hvd_bridge: it exits, ranks are refused.
+        env = c.env()
+        env["PYTHONPATH"] = c.dir
+        rc, out, err, _ = job(c, 2, [sys.executable, script], env=env)
+        check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-3000:]))
+        for info in infos(out, 2):
+            check_warm(info, warm=False)
+        warnings = re.findall(r"hvd-exec: warning: .*warm interpreter.*; starting the rank "
+                              r"without it", err)
         check(len(warnings) == 2, "one warning per rank:\n%s" % err[-3000:])
 
 
@@ -341,6 +372,8 @@ def test_garbage():
 def main():
     global ARGS
     ARGS = hvdtest.package_test_args()
+    if sys.version_info < (3, 9):
+        hvdtest.skip("a warm interpreter needs Python 3.9 (socket.recv_fds, os.pidfd_open)")
     return hvdtest.run_cases_in_tmpdir(globals(), ARGS.cases, "hvd-warm.")
 
 

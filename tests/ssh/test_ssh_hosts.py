@@ -447,7 +447,7 @@ def test_driver_elastic_discovery():
             se = stderr()
             no_sanitizer_reports(se)
             check(p.returncode == 0, "hvd-driver exited %d:\n%s" % (p.returncode, se[-4000:]))
-            resets = [l for l in se.splitlines() if re.match(r"hvd-driver: reset \d+:", l)]
+            resets = hvdtest.reset_lines(se)
             check(len(resets) >= 3 and "came: 127-0-0-3" in resets[0] and
                   "left: 127-0-0-3" in resets[1] and "came: 127-0-0-3" in resets[2],
                   "resets: 127.0.0.3 came, left, came again: %s" % resets)
