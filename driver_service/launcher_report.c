@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -39,7 +40,15 @@ static int write_json(const char *path, const hvd_rank_result *r, size_t n, int 
             json_decref(doc);
             doc = NULL;
         }
-    int rc = doc ? json_dump_file(doc, path, JSON_INDENT(1)) : -1;
+    /* Written beside it and renamed over it: a reader (a job of serve --jobs rewrites the file)
+     * sees the old results or the new ones, never half a file. */
+    char tmp[4096];
+    int rc = -1;
+    if (doc && snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) < (int)sizeof tmp) {
+        rc = json_dump_file(doc, tmp, JSON_INDENT(1));
+        if (rc == 0 && rename(tmp, path) != 0) rc = -1;
+        if (rc != 0) (void)unlink(tmp);
+    }
     json_decref(doc);
     return rc;
 }
