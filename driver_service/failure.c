@@ -430,6 +430,16 @@ static bool missing_agent(hvd_driver *d, char *buf, size_t cap) {
     return true;
 }
 
+size_t hvd_driver_agents_seen(hvd_driver *d, size_t *hosts) {
+    size_t seen = 0;
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i < d->reg.nhosts; i++)
+        seen += d->reg.hosts[i].agent_seen;
+    *hosts = d->reg.nhosts;
+    pthread_mutex_unlock(&d->mu);
+    return seen;
+}
+
 /* ---- The first failure --------------------------------------------------------------------- */
 
 void hvd_rank_failure_text(const hvd_rank_result *b, char *buf, size_t cap) {

@@ -146,6 +146,24 @@ static size_t stopped_ranks(const hvd_rank_result *r, size_t n, int *first) {
     return k;
 }
 
+/* No rank reported: how far the launch came, from mpirun's status and whether any host's
+ * agent (hvd-rsh) reached the driver (one killed before it did leaves no other trace). */
+static void no_rank_ran(hvd_driver *d, const job_end_info *end, const char *said, char *why,
+                        size_t cap) {
+    size_t hosts, seen = hvd_driver_agents_seen(d, &hosts);
+    const char *agents = seen == 0 && hosts > 0
+                             ? ", and no agent (hvd-rsh) had reached the driver: mpirun could "
+                               "not start them, or they died first"
+                             : "";
+    if (end->mpirun)
+        snprintf(why, cap,
+                 "no rank reported a result: %s before the ranks ran%s (see mpirun's messages "
+                 "above)",
+                 said, agents);
+    else
+        snprintf(why, cap, "no rank reported a result%s (%s: see its messages)", agents, said);
+}
+
 /* The last line: what failed first, into why (cap bytes). Returns the exit status. In order:
  * an interrupt (whatever broke after it is its doing); mpirun killed from outside; the first
  * failure the driver saw; why the job was stopped (--timeout, a task lost); what is left. */
@@ -185,11 +203,7 @@ static int blame(hvd_driver *d, const hvd_rank_result *r, size_t n, const job_en
                  nstopped, nstopped == 1 ? "" : "s", first, nstopped == 1 ? "was" : "were",
                  hvd_mpi_daemon(hvd_driver_mpi(d)), said, note);
     else if (missing_ranks(r, n, note, sizeof note) == n)
-        snprintf(why, cap,
-                 end->mpirun ? "no rank reported a result: %s before the ranks ran (see mpirun's "
-                               "messages above)"
-                             : "no rank reported a result (%s: see its messages)",
-                 said);
+        no_rank_ran(d, end, said, why, cap);
     else
         snprintf(why, cap, "every rank succeeded but %s", said);
     return end->stopped[0] ? 1 : fallback;

@@ -142,6 +142,12 @@ hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, siz
  * has failed; hvd_driver_failure names the task. Any thread. */
 bool hvd_driver_lost_during_job(hvd_driver *d, const hvd_rank_result *r, size_t n);
 
+/* How many hosts' agents (hvd-rsh) reached the driver in this job; *hosts is how many hosts
+ * registered. An agent killed before it reached the driver leaves no other trace here: when
+ * none came, this says at which step a launch that ended before its ranks stopped. Any
+ * thread. */
+size_t hvd_driver_agents_seen(hvd_driver *d, size_t *hosts);
+
 /* Every rank's result in rank order, for ranks 0..N-1 (N = num_tasks): a rank that never
  * reported has present = false. index is the task mapped to the rank by SET_LOCAL_RANK (else
  * the one the result named; UINT32_MAX if neither), host_hash that task's (NULL if unknown).

@@ -280,6 +280,34 @@ def test_local_task_dies_early():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_agent_killed_at_once():
+    """Every agent (hvd-rsh) killed before it reaches the driver (here an hvd-rsh that SIGKILLs
+    itself, through $HVD_BIN_DIR): such an agent leaves no trace in the driver, yet its last
+    line must say how far the launch came (no agent came), so that the user looks at the
+    agents, not at the ranks; nothing is left."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        fake = os.path.join(d, "bin")
+        os.mkdir(fake)
+        for prog in ("hvd-task", "hvd-exec", "hvd-keeper"):
+            os.symlink(os.path.join(ARGS.bin, prog), os.path.join(fake, prog))
+        with open(os.path.join(fake, "hvd-rsh"), "w") as f:
+            f.write("#!/bin/sh\nkill -KILL $$\n")
+        os.chmod(os.path.join(fake, "hvd-rsh"), 0o755)
+        out = os.path.join(d, "results.json")
+        env = hvdtest.marked_env(mark, ARGS.bin, HVD_BIN_DIR=fake)
+        rc, so, se, dt = run(driver("run", "-np", "2", "--local", "2", "--results-json", out, "--", "true"),
+                             env, cwd=d, timeout=90)
+        check(rc != 0, "hvd-driver exited 0:\n" + se)
+        last = [line for line in se.splitlines() if line.startswith("hvd-driver: ")][-1]
+        check(re.match(r"hvd-driver: job failed: no rank reported a result: \S+ exited with status \d+ "
+                       r"before the ranks ran, and no agent \(hvd-rsh\) had reached the driver", last),
+              "the last line says no agent came:\n" + se)
+        check(load_results(out)["failure"] == last[len("hvd-driver: job failed: "):],
+              "the results JSON holds the same sentence: %s" % load_results(out))
+    hvdtest.assert_no_leftovers(mark)
+
+
 def listeners_of(pids):
     """[(program, local address)] of the TCP listening sockets of these processes."""
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
