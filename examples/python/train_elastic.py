@@ -10,7 +10,7 @@ after every reset.
 Every step takes the next global batch of --batch-size samples and each rank its equal slice
 of it (the size divides it: 48 serves 1, 2, 3, 4, 6 and 8 ranks), so that the averaged
 gradient, and so the trained model, are the same whatever the number of ranks and however
-often the job was reset: tests/python/test_torch_elastic.py checks that. --log FILE gets rank
+often the job was reset: tests/python/test_torch_elastic.py checks that. --log-file FILE gets rank
 0's "start ..." and "commit ..." lines, --out FILE the final parameters.
 """
 import argparse
@@ -86,11 +86,12 @@ def main():
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--commit-every", type=int, default=4)
     ap.add_argument("--sleep", type=float, default=0.0, help="seconds after each step")
-    ap.add_argument("--log")
+    # not --log: horovodrun's parser takes that for an abbreviation of its --log-* options
+    ap.add_argument("--log-file")
     ap.add_argument("--out")
     args = ap.parse_args()
-    train_model(args.epochs, args.batch_size, args.lr, args.commit_every, args.sleep, args.log,
-                args.out)
+    train_model(args.epochs, args.batch_size, args.lr, args.commit_every, args.sleep,
+                args.log_file, args.out)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ def driver_cmd(*args):
 
 
 def script_args(d, name, sleep):
-    return ["--", sys.executable, SCRIPT, "--epochs", "1", "--log", os.path.join(d, name + ".log"),
+    return ["--", sys.executable, SCRIPT, "--epochs", "1", "--log-file", os.path.join(d, name + ".log"),
             "--out", os.path.join(d, name + ".pt"), "--sleep", str(sleep)]
 
 
