@@ -84,6 +84,8 @@ struct ssh_tasks {
     char token[17];         /* random job mark, hex */
     char bin_dir[PATH_MAX]; /* where hvd-task is on the hosts */
     char secret_line[64];   /* base64 secret + '\n', the sessions' stdin */
+    char *warm_python;      /* $HVD_WARM_PYTHON and $HVD_WARM_IMPORTS of the driver, passed */
+    char *warm_imports;     /* on to the hosts' hvd-tasks (NULL: not set) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int running;      /* sessions not yet ended */
@@ -239,6 +241,19 @@ static void fake_hash(ssh_host *h, int k) {
 
 /* ---- remote commands -------------------------------------------------------------------- */
 
+/* A task service started over ssh inherits nothing of the driver's environment: the warm
+ * interpreter's settings (docs/elastic.md, "Warm Python ranks") go on its command line. */
+static void add_warm_options(sbuf *s, const ssh_tasks *st) {
+    if (st->warm_python) {
+        sb_add(s, " --warm-python ");
+        sb_quote(s, st->warm_python);
+    }
+    if (st->warm_python && st->warm_imports) {
+        sb_add(s, " --warm-imports ");
+        sb_quote(s, st->warm_imports);
+    }
+}
+
 static char *launch_command(const ssh_tasks *st, const ssh_host *h, int k,
                             const char *driver_addrs) {
     const launch_opts *o = st->o;
@@ -271,6 +286,7 @@ static char *launch_command(const ssh_tasks *st, const ssh_host *h, int k,
                o->start_timeout_s, o->net_timeout_s, o->verbose ? "info" : "warn");
         if (h->hash[0]) sb_add(&s, " --host-hash %s", h->hash);
         if (o->many_commands) sb_add(&s, " --elastic");
+        add_warm_options(&s, st);
         sb_add(&s, ") & pids=\"$pids $!\"; ");
     }
     sb_add(&s, "rc=0; for p in $pids; do wait \"$p\" || { r=$?; [ \"$rc\" -ne 0 ] || rc=$r; }; "
@@ -433,6 +449,8 @@ static void free_tasks(ssh_tasks *st) {
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     memset(st->secret_line, 0, sizeof st->secret_line);
+    free(st->warm_python);
+    free(st->warm_imports);
     free(st);
 }
 
@@ -471,6 +489,13 @@ static ssh_tasks *tasks_new(const launch_opts *o, hvd_driver *d, char *const *jo
     snprintf(st->secret_line, sizeof st->secret_line, "%s\n", secret);
     snprintf(st->bin_dir, sizeof st->bin_dir, "%s",
              o->ssh_bin_dir ? o->ssh_bin_dir : hvd_launch_bin_dir());
+    const char *warm = getenv(HVD_WARM_PYTHON_ENV), *imports = getenv(HVD_WARM_IMPORTS_ENV);
+    if ((warm && *warm && !(st->warm_python = strdup(warm))) ||
+        (imports && *imports && !(st->warm_imports = strdup(imports)))) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        free_tasks(st);
+        return NULL;
+    }
     uint8_t rnd[8];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
         hvd_err_set(err, HVD_E_INTERNAL, "getrandom: %s", strerror(errno));

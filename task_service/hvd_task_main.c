@@ -368,7 +368,7 @@ static int parse(int argc, char **argv, task_opts *o) {
                      .net_ms = HVD_NET_TIMEOUT_DEFAULT_S * 1000,
                      .level = HVD_LOG_INFO,
                      .warm_python = getenv(HVD_WARM_PYTHON_ENV),
-                     .warm_imports = getenv("HVD_WARM_IMPORTS")};
+                     .warm_imports = getenv(HVD_WARM_IMPORTS_ENV)};
     if (o->warm_python && !*o->warm_python) o->warm_python = NULL;
     const char *net_env = getenv(HVD_NET_TIMEOUT_ENV);
     if (net_env && *net_env && (o->net_ms = parse_secs(net_env)) <= 0)

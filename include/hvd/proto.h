@@ -41,6 +41,8 @@ void hvd_task_service_name(uint32_t index, char out[HVD_SERVICE_NAME_MAX]);
 /* ... and the interpreter's path (also hvd-task's default for --warm-python): hvd-exec asks
  * the interpreter only for ranks whose program is the same file. */
 #define HVD_WARM_PYTHON_ENV "HVD_WARM_PYTHON"
+/* hvd-task's default for --warm-imports (comma-separated modules). */
+#define HVD_WARM_IMPORTS_ENV "HVD_WARM_IMPORTS"
 /* Set by hvd-driver's elastic launches for the ranks: which mpirun of the job this is. */
 #define HVD_ELASTIC_EPOCH_ENV "HVD_ELASTIC_EPOCH"
 

@@ -199,6 +199,41 @@ def test_driver_ssh_hosts():
             check(info["host"] == want and r["host_hash"] == want, "rank %d on host %s" % (r["rank"], info["host"]))
 
 
+RANK_CMDLINE = """import os, sys
+with open(os.path.join(sys.argv[1], "rank" + os.environ["OMPI_COMM_WORLD_RANK"]), "w") as f:
+    f.write(open("/proc/self/cmdline").read().replace("\\0", " "))
+"""
+
+
+def test_driver_warm_python():
+    """HVD_WARM_PYTHON and HVD_WARM_IMPORTS in the driver's environment reach the task services
+    that ssh starts (whose sessions inherit nothing of it): each keeps a warm interpreter, and
+    the Python ranks are forked from it (a forked rank's command line is the interpreter's,
+    `PY -m hvd_bridge._warm`; a cold one's is its own)."""
+    with Case() as c:
+        venv = os.path.join(c.tmp, "venv")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+        py = os.path.join(venv, "bin", "python")
+        site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        with open(os.path.join(site, "hvd-build.pth"), "w") as f:  # the build's package, found
+            f.write(os.path.join(os.path.dirname(ARGS.bin), "python") + "\n")  # without PYTHONPATH
+        if subprocess.run([py, "-c", "import hvd_bridge._warm"], capture_output=True).returncode != 0:
+            raise Skip("hvd_bridge._warm does not import with %s" % py)
+        prog = os.path.join(c.tmp, "rank.py")
+        with open(prog, "w") as f:
+            f.write(RANK_CMDLINE)
+        env = dict(c.env, HVD_WARM_PYTHON=py, HVD_WARM_IMPORTS="json")
+        rc, so, se, dt = run(c.driver("--", py, prog, c.tmp), env, cwd=c.tmp)
+        check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        check("warm interpreter" not in se, "no warning about the warm interpreter:\n" + se)
+        for r in range(4):
+            with open(os.path.join(c.tmp, "rank%d" % r)) as f:
+                cmdline = f.read()
+            check("-m hvd_bridge._warm" in cmdline and "--imports json" in cmdline,
+                  "rank %d was forked from the warm interpreter; its command line: %r" % (r, cmdline))
+
+
 def test_driver_failing_rank():
     with Case() as c:
         rc, so, se, dt = run(c.driver("--entry", ARGS.probe_lib + ":probe_entry", "--entry-arg", "fail=1"),
