@@ -125,6 +125,8 @@ void drv_reg_forget(drv_registry *r, uint32_t index);
 
 /* The active indices of host h, ascending, into out (room for h->n); returns how many. */
 size_t drv_host_active(const drv_registry *r, const drv_host *h, uint32_t *out);
+/* Whether host h has a task in the job (an active one). */
+bool drv_host_in_job(const drv_registry *r, const drv_host *h);
 
 #define DRV_MAX_CAND 64
 

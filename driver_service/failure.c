@@ -391,10 +391,8 @@ int hvd_driver_next_job(hvd_driver *d, hvd_err *err) {
     bool down = d->tasks_shutdown;
     drv_registry *r = &d->reg;
     if (!down) {
-        drv_reg_new_job(r); /* the same tasks, nothing of the job */
+        drv_reg_new_job(r); /* the same tasks, nothing of the job (nor of its agents) */
         d->nevents = 0;
-        for (size_t i = 0; i < r->nhosts; i++)
-            r->hosts[i].agent_seen = false;
     }
     pthread_mutex_unlock(&d->mu);
     if (down)
@@ -416,6 +414,7 @@ static bool missing_agent(hvd_driver *d, char *buf, size_t cap) {
     const drv_host *first = NULL;
     for (size_t i = 0; i < d->reg.nhosts; i++) {
         const drv_host *h = &d->reg.hosts[i];
+        if (!drv_host_in_job(&d->reg, h)) continue; /* not in this launch: no agent due */
         if (h->agent_seen) {
             seen++;
         } else if (missing++ == 0) {
@@ -433,9 +432,13 @@ static bool missing_agent(hvd_driver *d, char *buf, size_t cap) {
 size_t hvd_driver_agents_seen(hvd_driver *d, size_t *hosts) {
     size_t seen = 0;
     pthread_mutex_lock(&d->mu);
-    for (size_t i = 0; i < d->reg.nhosts; i++)
-        seen += d->reg.hosts[i].agent_seen;
-    *hosts = d->reg.nhosts;
+    *hosts = 0;
+    for (size_t i = 0; i < d->reg.nhosts; i++) {
+        const drv_host *h = &d->reg.hosts[i];
+        if (!drv_host_in_job(&d->reg, h)) continue;
+        (*hosts)++;
+        seen += h->agent_seen;
+    }
     pthread_mutex_unlock(&d->mu);
     return seen;
 }

@@ -491,7 +491,7 @@ static ssh_tasks *tasks_new(const launch_opts *o, hvd_driver *d, char *const *jo
              o->ssh_bin_dir ? o->ssh_bin_dir : hvd_launch_bin_dir());
     const char *warm = getenv(HVD_WARM_PYTHON_ENV), *imports = getenv(HVD_WARM_IMPORTS_ENV);
     if ((warm && *warm && !(st->warm_python = strdup(warm))) ||
-        (imports && *imports && !(st->warm_imports = strdup(imports)))) {
+        (imports && !(st->warm_imports = strdup(imports)))) { /* "": import nothing */
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
         free_tasks(st);
         return NULL;

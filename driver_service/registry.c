@@ -206,6 +206,12 @@ size_t drv_host_active(const drv_registry *r, const drv_host *h, uint32_t *out) 
     return k;
 }
 
+bool drv_host_in_job(const drv_registry *r, const drv_host *h) {
+    for (size_t i = 0; i < h->n; i++)
+        if (r->tasks[h->idx[i]].active) return true;
+    return false;
+}
+
 /* The local_rank-th active index of host h, or -1 (*nact: how many it has). */
 static int64_t host_local_index(const drv_registry *r, const drv_host *h, uint32_t local_rank,
                                 size_t *nact) {
@@ -455,6 +461,8 @@ void drv_reg_new_job(drv_registry *r) {
         r->result_order[i] = 0;
         r->gone_order[i] = 0;
     }
+    for (size_t i = 0; i < r->nhosts; i++)
+        r->hosts[i].agent_seen = false;
     r->nresults = 0;
     r->job++;
 }

@@ -22,7 +22,7 @@ if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import horovod.torch as h
   exit 0
 fi
 rm -rf "$venv"
-python3 -m venv "$venv"
+"$py" -m venv "$venv"  # the Python whose torch it sees: the same ABI
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 "$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/hvd-torch-venv.pth"
 echo "build-horovod: building horovod==0.28.1 (Gloo, PyTorch) in $venv (log: $log)" >&2

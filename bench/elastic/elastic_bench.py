@@ -37,7 +37,9 @@ job, alternating with hvd-bridge's, run by run: horovodrun --gloo with --min-np/
 /etc/hosts bind-mounted in a private mount namespace (unshare -m: horovodrun then starts the
 workers itself, without ssh), running the same script with `import horovod.torch as hvd`. A
 lost host is its worker SIGKILLed and its name dropped from the discovery script at once.
-Horovod has no reset line to split the times at: those cells read "-".
+Horovod prints no reset line to split the times at: its stop, relaunch (after a loss) and
+discovery cells read "-", and its commit cell runs from the host's appearance (so it includes
+the discovery) to the last commit before the job with it. Needs root (unshare -m).
 
 Prints a table (median of --runs, min-max) and writes build/elastic-bench.json (with --python,
 build/elastic-bench-python.json). --smoke: one run at 2 hosts, for CI.
@@ -185,6 +187,17 @@ class HorovodJob(TrainLog):
         hvdtest.kill(pids)
         return len(pids)
 
+    def wait(self, pred, what, timeout=120):
+        """TrainLog.wait, with horovodrun's last lines when it fails (the directory goes)."""
+        try:
+            super().wait(lambda: pred() or self.proc.poll() is not None, what, timeout)
+            hvdtest.check(pred(), "%s: horovodrun exited with status %s" % (what, self.proc.returncode))
+        except hvdtest.Failure as e:
+            self.out.flush()
+            with open(self.out.name, "rb") as f:
+                tail = f.read()[-3000:].decode(errors="replace")
+            raise hvdtest.Failure("%s; horovodrun's last output:\n%s" % (e, tail))
+
     def end(self):
         hvdtest.stop(self.proc, 20, signal.SIGTERM)
         self.out.close()
@@ -296,7 +309,7 @@ def main():
     ap.add_argument("--python", help="run examples/python/train_elastic.py with this Python")
     ap.add_argument("--start", choices=["cold", "warm", "both"], default="cold",
                     help="with --python: how new ranks start (default cold)")
-    ap.add_argument("--horovod", metavar="HPYTHON",
+    ap.add_argument("--horovod", metavar="HPYTHON", type=os.path.abspath,
                     help="with --python: also a Horovod elastic job, run by this Python (with "
                          "horovod built with Gloo and PyTorch)")
     ARGS = ap.parse_args()
@@ -306,6 +319,9 @@ def main():
         ap.error("--start %s needs --python" % ARGS.start)
     if ARGS.horovod and not ARGS.python:
         ap.error("--horovod needs --python (the same PyTorch script runs both ways)")
+    if ARGS.horovod and subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+        ap.error("--horovod needs `unshare -m` (root): the fake hosts' names are resolved by an "
+                 "/etc/hosts of the job's own")
     modes = ["cold", "warm"] if ARGS.start == "both" else [ARGS.start]
     if ARGS.horovod:
         modes.append("horovod")

@@ -27,6 +27,9 @@ sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 import hvdtest  # noqa: E402
 
 
+RECORDED = 4  # the first calls, under perf record with --record
+
+
 def task_clock(cmd, env):
     """(wall ms, task-clock ms) of cmd under perf stat."""
     t0 = time.perf_counter()
@@ -35,6 +38,8 @@ def task_clock(cmd, env):
     wall = (time.perf_counter() - t0) * 1000
     hvdtest.check(r.returncode == 0, "%s failed: %s" % (" ".join(cmd), r.stderr[-500:]))
     line = [l for l in r.stderr.splitlines() if "task-clock" in l][0]
+    hvdtest.check(line.split(",")[0].replace(".", "", 1).isdigit(),
+                  "perf cannot count task-clock here: " + line)
     return wall, float(line.split(",")[0])
 
 
@@ -63,9 +68,10 @@ def main():
         env = hvdtest.marked_env(mark, args.bin)
         srv = hvdtest.start_driver(args.bin, ["serve", "-np", str(args.calls), "--env-file", envf,
                                               "--", "true"], env, d)
-        tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve"))
-        tasks = [hvdtest.start_task(args.bin, i, tenv, "agentcpu-%d" % i) for i in range(args.calls)]
+        tasks = []
         try:
+            tenv = dict(env, **hvdtest.task_hint(srv, "hvd-driver serve"))
+            tasks = [hvdtest.start_task(args.bin, i, tenv, "agentcpu-%d" % i) for i in range(args.calls)]
             hvdtest.wait_for(lambda: os.path.exists(envf), 60, "the env file")
             time.sleep(0.5)
             vals = hvdtest.read_env_file(envf)
@@ -76,7 +82,7 @@ def main():
                 conf = "OPENSSL_CONF=/dev/null" if i % 2 else "as it is"
                 e = dict(base, OPENSSL_CONF="/dev/null") if i % 2 else base
                 host = "agentcpu-%d" % i
-                if args.record and i < 4:
+                if args.record and i < RECORDED:
                     os.makedirs(args.record, exist_ok=True)
                     subprocess.run(["perf", "record", "-q", "-F", "25000", "-o",
                                     os.path.join(args.record, "agent.%d.data" % i), rsh, host,
@@ -99,11 +105,11 @@ def main():
         print("| %s | %s | %.2f (%.2f-%.2f) | %.1f (%.1f-%.1f) |" % (
             what, conf, statistics.median(c), c[0], c[-1], statistics.median(w), w[0], w[-1]))
     if args.record:
-        libs = {}
-        for i in range(4):
+        libs, n = {}, min(RECORDED, args.calls)
+        for i in range(n):
             for k, v in shares(os.path.join(args.record, "agent.%d.data" % i)).items():
-                libs[k] = libs.get(k, 0) + v / 4
-        print("hvd-rsh HOST true, share of CPU samples by library (4 calls): " +
+                libs[k] = libs.get(k, 0) + v / n
+        print("hvd-rsh HOST true, share of CPU samples by library (%d calls): " % n +
               ", ".join("%s %.0f%%" % (k, v) for k, v in sorted(libs.items(), key=lambda kv: -kv[1])
                         if v >= 0.5))
     return 0

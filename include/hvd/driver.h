@@ -142,9 +142,9 @@ hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, siz
  * has failed; hvd_driver_failure names the task. Any thread. */
 bool hvd_driver_lost_during_job(hvd_driver *d, const hvd_rank_result *r, size_t n);
 
-/* How many hosts' agents (hvd-rsh) reached the driver in this job; *hosts is how many hosts
- * registered. An agent killed before it reached the driver leaves no other trace here: when
- * none came, this says at which step a launch that ended before its ranks stopped. Any
+/* How many hosts' agents (hvd-rsh) reached the driver in this job (launch); *hosts is how
+ * many hosts have tasks in it. An agent killed before it reached the driver leaves no other trace
+ * here: when none came, this says at which step a launch that ended before its ranks stopped. Any
  * thread. */
 size_t hvd_driver_agents_seen(hvd_driver *d, size_t *hosts);
 

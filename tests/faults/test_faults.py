@@ -84,8 +84,9 @@ HOST_B = re.compile(r"(-1\b|e2e-faults-b)")
 # "no (known)"; any other unnamed cell fails).
 KNOWN_UNNAMED = {
     "launch:rsh:KILL": "an agent killed before it reached the driver leaves no trace there, and "
-                       "mpirun's own message names no host: the driver says no agent (hvd-rsh) "
-                       "came, not whose; the host is named when another host's agent came first",
+                       "mpirun's own message names no host: when no agent came at all, the driver "
+                       "says so (hvd-rsh named, no host); when another host's agent came first, "
+                       "the host is named",
     "launch:rsh:TERM": "the same when the signal comes before the agent installed its handler (it "
                        "is killed as soon as it appears) or reached the driver",
     "launch:mpirun:TERM": "mpirun stopped by SIGTERM while it starts the daemons exits 1, as do "
