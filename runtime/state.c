@@ -29,6 +29,8 @@ static struct {
     pthread_cond_t cv;    /* handle completions, init result */
     pthread_cond_t bg_cv; /* wakes the background thread between cycles (CLOCK_MONOTONIC) */
     bool bg_sleeping;     /* it waits in rt_state_sleep_until */
+    bool bg_in_burst;     /* it waits for a submission burst to end (rt_state_drain) */
+    int app_waiting;      /* application threads blocked in hvd_wait */
     int state;
     bool shutdown_requested;
     bool ever_started;
@@ -199,16 +201,22 @@ void rt_state_sleep_until(int64_t t_ns) {
 rt_entry *rt_state_drain(bool *shutdown_requested) {
     /* If the application is in the middle of a burst of submissions (a training step handing
      * over its gradients), wait for the burst to end, briefly: taking half a burst would split
-     * the step over two cycles and two fused calls. */
+     * the step over two cycles and two fused calls. A burst is over once nothing new arrived
+     * for RT_BURST_GAP_NS, or as soon as an application thread waits for a result (hvd_wait
+     * wakes this wait): a thread that waits submits nothing more, and a blocking collective
+     * (hvd_allreduce) would otherwise pay the whole gap. */
+    pthread_once(&bg_cv_once, bg_cv_init);
     pthread_mutex_lock(&g.mu);
+    g.bg_in_burst = true;
     for (int64_t t0 = hvd_now_ns(), t = t0;
-         g.q_head && t - g.q_last_ns < RT_BURST_GAP_NS && t - t0 < RT_BURST_MAX_WAIT_NS;
+         g.q_head && g.app_waiting == 0 && t - g.q_last_ns < RT_BURST_GAP_NS &&
+         t - t0 < RT_BURST_MAX_WAIT_NS;
          t = hvd_now_ns()) {
-        pthread_mutex_unlock(&g.mu);
-        struct timespec ts = {0, RT_BURST_GAP_NS / 2};
-        nanosleep(&ts, NULL);
-        pthread_mutex_lock(&g.mu);
+        int64_t until = g.q_last_ns + RT_BURST_GAP_NS;
+        struct timespec ts = {until / 1000000000, until % 1000000000};
+        pthread_cond_timedwait(&g.bg_cv, &g.mu, &ts);
     }
+    g.bg_in_burst = false;
     rt_entry *q = g.q_head;
     g.q_head = g.q_tail = NULL;
     *shutdown_requested = g.shutdown_requested;
@@ -342,8 +350,13 @@ int hvd_wait(hvd_handle handle, hvd_err *err) {
                            (long long)handle);
     }
     /* The table may move while we sleep: look the slot up again after every wake-up. */
-    while (!(s = handle_get(handle))->done)
-        pthread_cond_wait(&g.cv, &g.mu);
+    if (!s->done) {
+        g.app_waiting++;
+        if (g.bg_in_burst) pthread_cond_signal(&g.bg_cv); /* no more submissions from here */
+        while (!(s = handle_get(handle))->done)
+            pthread_cond_wait(&g.cv, &g.mu);
+        g.app_waiting--;
+    }
     int ret = 0;
     if (s->status != 0)
         ret = hvd_err_set(err, s->status, "%s",

@@ -2,8 +2,11 @@
  * "Collective runtime"). Run on 4 ranks with bench/runtime/run_bench.sh.
  *
  *  1. Large allreduce: 64 MiB of float32, hvd_allreduce vs an MPI_Allreduce loop.
- *  2. Many small tensors: 1000 x 4 KiB float32 per step, submitted asynchronously and fused
- *     by the runtime, vs one MPI_Allreduce per tensor.
+ *  2. Many small tensors: T x 4 KiB float32 per step (T = 10, 100, 1000, 4000), submitted
+ *     asynchronously and fused by the runtime, vs one MPI_Allreduce per tensor.
+ *  4. Mid-size allreduce: 64 KiB, 256 KiB, 1 MiB and 4 MiB of float32, one at a time,
+ *     hvd_allreduce vs MPI_Allreduce (median of --mid-iters calls, each timed on the slowest
+ *     rank between barriers).
  *  3. Negotiation cost per cycle with and without the response cache, for 100 and 1000
  *     tensors per step, two ways, both through the public API only (include/hvd/runtime.h):
  *     (a) the time the runtime's own counters (hvd_get_stats: busy_negotiation_ns over
@@ -21,7 +24,9 @@
  * minimum over ranks is the closest to the negotiation's own cost (the maximum is printed
  * too, in brackets).
  *
- * Options: --large-iters N (5), --small-steps N (10), --neg-steps N (50) */
+ * Options: --large-iters N (5), --small-steps N (10), --neg-steps N (50), --mid-iters N (50),
+ * --json FILE (rank 0 writes every result there as one JSON object, for
+ * bench/runtime/runs.py). */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -71,8 +76,14 @@ static double median(double *v, int n) {
 }
 
 #define LARGE_N (64u * 1024 * 1024 / sizeof(float))
-#define SMALL_T 1000
 #define SMALL_N (4096 / sizeof(float))
+/* Tensor counts of the fusion sweep (phase 2); the largest sizes the buffers. */
+static const int small_counts[] = {10, 100, 1000, 4000};
+#define N_COUNTS  (int)(sizeof small_counts / sizeof small_counts[0])
+#define SMALL_MAX 4000
+/* Mid sizes (phase 4), bytes. */
+static const size_t mid_bytes[] = {64 << 10, 256 << 10, 1 << 20, 4 << 20};
+#define N_MID (int)(sizeof mid_bytes / sizeof mid_bytes[0])
 
 /* Seconds per 64 MiB allreduce (best of iters, after one warm-up). */
 static double large_raw(float *in, float *out, int iters) {
@@ -104,46 +115,70 @@ static double large_hvd(float *in, float *out, int iters) {
     return best;
 }
 
-/* Seconds per step of SMALL_T allreduces (median over steps, after one warm-up step). */
-static double small_raw(float *in, float *out, int steps) {
+/* Seconds per step of t allreduces of 4 KiB (median over steps, after one warm-up step). */
+static double small_raw(int t, float *in, float *out, int steps) {
     double *t_s = malloc(sizeof(double) * (size_t)steps);
     for (int s = -1; s < steps; s++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
-        for (int k = 0; k < SMALL_T; k++)
+        for (int k = 0; k < t; k++)
             MPI_Allreduce(in + k * SMALL_N, out + k * SMALL_N, (int)SMALL_N, MPI_FLOAT, MPI_SUM,
                           MPI_COMM_WORLD);
-        double t = max_time(now() - t0);
-        if (s >= 0) t_s[s] = t;
+        double el = max_time(now() - t0);
+        if (s >= 0) t_s[s] = el;
     }
-    check_sum(out, (size_t)SMALL_T * SMALL_N, 2.0f, "raw small allreduces");
+    check_sum(out, (size_t)t * SMALL_N, 2.0f, "raw small allreduces");
     double m = median(t_s, steps);
     free(t_s);
     return m;
 }
 
-static double small_hvd(float *in, float *out, int steps) {
+static double small_hvd(int t, float *in, float *out, int steps) {
     double *t_s = malloc(sizeof(double) * (size_t)steps);
-    hvd_handle *h = malloc(sizeof *h * SMALL_T);
+    hvd_handle *h = malloc(sizeof *h * (size_t)t);
     hvd_err err = {0};
     for (int s = -1; s < steps; s++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
-        for (int k = 0; k < SMALL_T; k++) {
-            char name[32];
-            snprintf(name, sizeof name, "bench.small.%d", k);
+        for (int k = 0; k < t; k++) {
+            char name[48];
+            snprintf(name, sizeof name, "bench.small.%d.%d", t, k);
             if (hvd_allreduce_async(name, in + k * SMALL_N, out + k * SMALL_N, (int64_t)SMALL_N,
                                     HVD_FLOAT32, HVD_OP_SUM, HVD_DEVICE_CPU, &h[k], &err) != 0)
                 die("hvd_allreduce_async", &err);
         }
-        for (int k = 0; k < SMALL_T; k++)
+        for (int k = 0; k < t; k++)
             if (hvd_wait(h[k], &err) != 0) die("hvd_wait", &err);
-        double t = max_time(now() - t0);
-        if (s >= 0) t_s[s] = t;
+        double el = max_time(now() - t0);
+        if (s >= 0) t_s[s] = el;
     }
     free(h);
-    check_sum(out, (size_t)SMALL_T * SMALL_N, 2.0f, "hvd small allreduces");
+    check_sum(out, (size_t)t * SMALL_N, 2.0f, "hvd small allreduces");
     double m = median(t_s, steps);
+    free(t_s);
+    return m;
+}
+
+/* Seconds per allreduce of n floats through MPI (hvd = 0) or the runtime (hvd = 1): median
+ * over iters calls, each timed on the slowest rank between barriers, after two warm-ups. */
+static double mid_allreduce(int hvd, float *in, float *out, size_t n, int iters) {
+    double *t_s = malloc(sizeof(double) * (size_t)iters);
+    hvd_err err = {0};
+    char name[32];
+    snprintf(name, sizeof name, "bench.mid.%zu", n);
+    for (int i = -2; i < iters; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now();
+        if (!hvd)
+            MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else if (hvd_allreduce(name, in, out, (int64_t)n, HVD_FLOAT32, HVD_OP_SUM, HVD_DEVICE_CPU,
+                               &err) != 0)
+            die("hvd_allreduce", &err);
+        double el = max_time(now() - t0);
+        if (i >= 0) t_s[i] = el;
+    }
+    check_sum(out, n, 1.0f, hvd ? "hvd mid-size allreduce" : "raw mid-size allreduce");
+    double m = median(t_s, iters);
     free(t_s);
     return m;
 }
@@ -256,36 +291,53 @@ static neg_result negotiation_cost(int t, int steps, int cache) {
 }
 
 typedef struct options {
-    int large_iters, small_steps, neg_steps;
+    int large_iters, small_steps, neg_steps, mid_iters;
+    const char *json;
 } options;
 
 typedef struct results {
-    double raw_large[2], raw_small[2]; /* raw MPI before and after the runtime phases */
-    double hvd_large, hvd_small;
+    /* raw MPI before and after the runtime phases */
+    double raw_large[2], raw_small[N_COUNTS][2], raw_mid[N_MID][2];
+    double hvd_large, hvd_small[N_COUNTS], hvd_mid[N_MID];
     neg_result c100, c1000, n100, n1000; /* end to end, cache on / off */
     neg_result cost[2][2];               /* [100, 1000 names][cache path, full path] */
 } results;
+
+/* The raw MPI phases: large, the fusion sweep, mid sizes; round 0 before the runtime phases,
+ * round 1 after. */
+static void raw_phases(const options *o, results *r, int round, float *big_in, float *big_out,
+                       float *sm_in, float *sm_out) {
+    r->raw_large[round] = large_raw(big_in, big_out, o->large_iters);
+    for (int c = 0; c < N_COUNTS; c++)
+        r->raw_small[c][round] = small_raw(small_counts[c], sm_in, sm_out, o->small_steps);
+    for (int m = 0; m < N_MID; m++)
+        r->raw_mid[m][round] =
+            mid_allreduce(0, big_in, big_out, mid_bytes[m] / sizeof(float), o->mid_iters);
+}
 
 /* Runs every phase in order: raw MPI, the runtime with and without the cache, the negotiation
  * cost, raw MPI again. */
 static void run_all(const options *o, results *r) {
     float *big_in = malloc(LARGE_N * sizeof(float)), *big_out = malloc(LARGE_N * sizeof(float));
-    float *sm_in = malloc(sizeof(float) * SMALL_T * SMALL_N);
-    float *sm_out = malloc(sizeof(float) * SMALL_T * SMALL_N);
+    float *sm_in = malloc(sizeof(float) * SMALL_MAX * SMALL_N);
+    float *sm_out = malloc(sizeof(float) * SMALL_MAX * SMALL_N);
     for (size_t i = 0; i < LARGE_N; i++)
         big_in[i] = 1.0f;
-    for (size_t i = 0; i < (size_t)SMALL_T * SMALL_N; i++)
+    for (size_t i = 0; i < (size_t)SMALL_MAX * SMALL_N; i++)
         sm_in[i] = 2.0f;
 
     /* Raw MPI, runtime not started. */
-    r->raw_large[0] = large_raw(big_in, big_out, o->large_iters);
-    r->raw_small[0] = small_raw(sm_in, sm_out, o->small_steps);
+    raw_phases(o, r, 0, big_in, big_out, sm_in, sm_out);
 
     /* The runtime, default settings (cache on, 128 MiB fusion, 1 ms cycle). */
     unsetenv("HOROVOD_CACHE_CAPACITY");
     start_runtime();
     r->hvd_large = large_hvd(big_in, big_out, o->large_iters);
-    r->hvd_small = small_hvd(sm_in, sm_out, o->small_steps);
+    for (int c = 0; c < N_COUNTS; c++)
+        r->hvd_small[c] = small_hvd(small_counts[c], sm_in, sm_out, o->small_steps);
+    for (int m = 0; m < N_MID; m++)
+        r->hvd_mid[m] =
+            mid_allreduce(1, big_in, big_out, mid_bytes[m] / sizeof(float), o->mid_iters);
     r->c100 = negotiation(100, o->neg_steps);
     r->c1000 = negotiation(1000, o->neg_steps / 5 + 1);
     hvd_shutdown();
@@ -303,8 +355,7 @@ static void run_all(const options *o, results *r) {
     r->cost[1][0] = negotiation_cost(1000, o->neg_steps, 1);
     r->cost[1][1] = negotiation_cost(1000, o->neg_steps, 0);
 
-    r->raw_large[1] = large_raw(big_in, big_out, o->large_iters);
-    r->raw_small[1] = small_raw(sm_in, sm_out, o->small_steps);
+    raw_phases(o, r, 1, big_in, big_out, sm_in, sm_out);
     free(big_in);
     free(big_out);
     free(sm_in);
@@ -313,17 +364,26 @@ static void run_all(const options *o, results *r) {
 
 static void print_results(const options *o, const results *r) {
     double raw_large = (r->raw_large[0] + r->raw_large[1]) / 2;
-    double raw_small = (r->raw_small[0] + r->raw_small[1]) / 2;
     double gib = 64.0 / 1024;
     printf("ranks: %d\n", size_);
     printf("large allreduce 64 MiB f32 (best of %d): MPI_Allreduce %.1f ms (%.2f GiB/s; runs "
            "%.1f/%.1f ms), hvd_allreduce %.1f ms (%.2f GiB/s): ratio %.3f\n",
            o->large_iters, raw_large * 1e3, gib / raw_large, r->raw_large[0] * 1e3,
            r->raw_large[1] * 1e3, r->hvd_large * 1e3, gib / r->hvd_large, raw_large / r->hvd_large);
-    printf("1000 x 4 KiB per step (median of %d): MPI_Allreduce per tensor %.1f ms (runs "
-           "%.1f/%.1f ms), runtime fused %.2f ms: speed-up %.1fx\n",
-           o->small_steps, raw_small * 1e3, r->raw_small[0] * 1e3, r->raw_small[1] * 1e3,
-           r->hvd_small * 1e3, raw_small / r->hvd_small);
+    for (int c = 0; c < N_COUNTS; c++) {
+        double raw = (r->raw_small[c][0] + r->raw_small[c][1]) / 2;
+        printf("%d x 4 KiB per step (median of %d): MPI_Allreduce per tensor %.2f ms (runs "
+               "%.2f/%.2f ms), runtime fused %.2f ms: speed-up %.1fx\n",
+               small_counts[c], o->small_steps, raw * 1e3, r->raw_small[c][0] * 1e3,
+               r->raw_small[c][1] * 1e3, r->hvd_small[c] * 1e3, raw / r->hvd_small[c]);
+    }
+    for (int m = 0; m < N_MID; m++) {
+        double raw = (r->raw_mid[m][0] + r->raw_mid[m][1]) / 2;
+        printf("%zu KiB allreduce (median of %d): MPI_Allreduce %.1f us (runs %.1f/%.1f us), "
+               "hvd_allreduce %.1f us: hvd / raw time %.2f\n",
+               mid_bytes[m] >> 10, o->mid_iters, raw * 1e6, r->raw_mid[m][0] * 1e6,
+               r->raw_mid[m][1] * 1e6, r->hvd_mid[m] * 1e6, r->hvd_mid[m] / raw);
+    }
     for (int i = 0; i < 2; i++) {
         const neg_result *c = &r->cost[i][0], *f = &r->cost[i][1];
         printf("negotiation per cycle, %d names (hvd_get_stats, cycles back to back): cache path "
@@ -343,9 +403,35 @@ static void print_results(const options *o, const results *r) {
            r->n1000.step_s * 1e3);
 }
 
+/* Every result as one JSON object (times in seconds), for bench/runtime/runs.py. */
+static int write_json(const char *path, const options *o, const results *r) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "{\"ranks\": %d, \"large_iters\": %d, \"small_steps\": %d, \"mid_iters\": %d,\n",
+            size_, o->large_iters, o->small_steps, o->mid_iters);
+    fprintf(f, " \"large\": {\"raw\": [%.9g, %.9g], \"hvd\": %.9g},\n", r->raw_large[0],
+            r->raw_large[1], r->hvd_large);
+    fprintf(f, " \"fusion\": [");
+    for (int c = 0; c < N_COUNTS; c++)
+        fprintf(f, "%s{\"tensors\": %d, \"raw\": [%.9g, %.9g], \"hvd\": %.9g}", c ? ", " : "",
+                small_counts[c], r->raw_small[c][0], r->raw_small[c][1], r->hvd_small[c]);
+    fprintf(f, "],\n \"mid\": [");
+    for (int m = 0; m < N_MID; m++)
+        fprintf(f, "%s{\"bytes\": %zu, \"raw\": [%.9g, %.9g], \"hvd\": %.9g}", m ? ", " : "",
+                mid_bytes[m], r->raw_mid[m][0], r->raw_mid[m][1], r->hvd_mid[m]);
+    fprintf(f, "],\n \"cache_path_us\": [%.9g, %.9g], \"full_path_us\": [%.9g, %.9g],\n",
+            r->cost[0][0].idle_cycle * 1e6, r->cost[1][0].idle_cycle * 1e6,
+            r->cost[0][1].neg_min * 1e6, r->cost[1][1].neg_min * 1e6);
+    fprintf(f, " \"step_100\": [%.9g, %.9g], \"step_1000\": [%.9g, %.9g]}\n", r->c100.step_s,
+            r->n100.step_s, r->c1000.step_s, r->n1000.step_s);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv) {
-    options o = {.large_iters = 5, .small_steps = 10, .neg_steps = 50};
+    options o = {.large_iters = 5, .small_steps = 10, .neg_steps = 50, .mid_iters = 50};
     for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--mid-iters")) o.mid_iters = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--json")) o.json = argv[i + 1];
         if (!strcmp(argv[i], "--large-iters")) o.large_iters = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--small-steps")) o.small_steps = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--neg-steps")) o.neg_steps = atoi(argv[i + 1]);
@@ -360,7 +446,13 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     results r;
     run_all(&o, &r);
-    if (rank_ == 0) print_results(&o, &r);
+    if (rank_ == 0) {
+        print_results(&o, &r);
+        if (o.json && write_json(o.json, &o, &r) != 0) {
+            fprintf(stderr, "bench_runtime: cannot write %s\n", o.json);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
     MPI_Finalize();
     return 0;
 }
