@@ -20,8 +20,9 @@ typedef struct hslot {
     uint32_t gen; /* bumped on every reuse, so stale handles are recognized */
     bool used;
     bool done;
-    int status; /* 0 or hvd_status */
-    char *msg;  /* error text (NULL if it could not be copied) */
+    int status;   /* 0 or hvd_status */
+    char *msg;    /* error text (NULL if it could not be copied) */
+    uint64_t seq; /* the submission's number (g.q_seq) */
 } hslot;
 
 static struct {
@@ -30,7 +31,6 @@ static struct {
     pthread_cond_t bg_cv; /* wakes the background thread between cycles (CLOCK_MONOTONIC) */
     bool bg_sleeping;     /* it waits in rt_state_sleep_until */
     bool bg_in_burst;     /* it waits for a submission burst to end (rt_state_drain) */
-    int app_waiting;      /* application threads blocked in hvd_wait */
     int state;
     bool shutdown_requested;
     bool ever_started;
@@ -43,8 +43,11 @@ static struct {
     hvd_err init_err;
     /* submissions */
     rt_entry *q_head, *q_tail;
-    int64_t q_last_ns;  /* when the newest queued entry was submitted */
-    rt_strmap inflight; /* names submitted and not completed on this rank */
+    int64_t q_last_ns;    /* when the newest queued entry was submitted */
+    uint64_t q_seq;       /* submissions so far (each entry's number is its count) */
+    uint64_t drained_seq; /* the newest submission the background thread has taken */
+    uint64_t wait_seq;    /* the newest submission an application thread waits for */
+    rt_strmap inflight;   /* names submitted and not completed on this rank */
     uint64_t noname[RT_NUM_OPTYPES];
     char stop_reason[HVD_ERR_MAX];
     /* handles */
@@ -202,21 +205,24 @@ rt_entry *rt_state_drain(bool *shutdown_requested) {
     /* If the application is in the middle of a burst of submissions (a training step handing
      * over its gradients), wait for the burst to end, briefly: taking half a burst would split
      * the step over two cycles and two fused calls. A burst is over once nothing new arrived
-     * for RT_BURST_GAP_NS, or as soon as an application thread waits for a result (hvd_wait
-     * wakes this wait): a thread that waits submits nothing more, and a blocking collective
-     * (hvd_allreduce) would otherwise pay the whole gap. */
+     * for RT_BURST_GAP_NS, or as soon as an application thread waits for an entry still in
+     * the queue (hvd_wait wakes this wait): that thread submits nothing more, and a blocking
+     * collective (hvd_allreduce) would otherwise pay the whole gap. A thread waiting for an
+     * entry taken earlier (one its peers have not submitted yet) ends no one's burst. */
     pthread_once(&bg_cv_once, bg_cv_init);
     pthread_mutex_lock(&g.mu);
     g.bg_in_burst = true;
     for (int64_t t0 = hvd_now_ns(), t = t0;
-         g.q_head && g.app_waiting == 0 && t - g.q_last_ns < RT_BURST_GAP_NS &&
+         g.q_head && g.wait_seq <= g.drained_seq && t - g.q_last_ns < RT_BURST_GAP_NS &&
          t - t0 < RT_BURST_MAX_WAIT_NS;
          t = hvd_now_ns()) {
         int64_t until = g.q_last_ns + RT_BURST_GAP_NS;
+        if (until > t0 + RT_BURST_MAX_WAIT_NS) until = t0 + RT_BURST_MAX_WAIT_NS;
         struct timespec ts = {until / 1000000000, until % 1000000000};
         pthread_cond_timedwait(&g.bg_cv, &g.mu, &ts);
     }
     g.bg_in_burst = false;
+    g.drained_seq = g.q_seq;
     rt_entry *q = g.q_head;
     g.q_head = g.q_tail = NULL;
     *shutdown_requested = g.shutdown_requested;
@@ -303,6 +309,7 @@ int rt_submit(rt_entry *e, const char *name, hvd_handle *handle, hvd_err *err) {
         return refuse(e);
     }
     e->handle = handle_alloc();
+    if (e->handle) handle_get(e->handle)->seq = ++g.q_seq;
     if (!e->handle || rt_strmap_put(&g.inflight, e->name, (void *)1) != 0) {
         if (e->handle) handle_release(e->handle);
         hvd_err_set(err, HVD_E_INTERNAL, "%s of '%s': out of memory submitting the tensor",
@@ -349,13 +356,19 @@ int hvd_wait(hvd_handle handle, hvd_err *err) {
                            "released by hvd_wait",
                            (long long)handle);
     }
+    if (!s->done && s->seq > g.drained_seq && s->seq > g.wait_seq) {
+        g.wait_seq = s->seq; /* its burst is over: this thread submits nothing more */
+        if (g.bg_in_burst) pthread_cond_signal(&g.bg_cv);
+    }
     /* The table may move while we sleep: look the slot up again after every wake-up. */
-    if (!s->done) {
-        g.app_waiting++;
-        if (g.bg_in_burst) pthread_cond_signal(&g.bg_cv); /* no more submissions from here */
-        while (!(s = handle_get(handle))->done)
-            pthread_cond_wait(&g.cv, &g.mu);
-        g.app_waiting--;
+    while (!s->done) {
+        pthread_cond_wait(&g.cv, &g.mu);
+        if (!(s = handle_get(handle))) { /* another thread waited for it and released it */
+            pthread_mutex_unlock(&g.mu);
+            return hvd_err_set(err, HVD_E_NOT_FOUND,
+                               "handle %lld was released by another thread's hvd_wait",
+                               (long long)handle);
+        }
     }
     int ret = 0;
     if (s->status != 0)

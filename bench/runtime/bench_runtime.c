@@ -3,11 +3,13 @@
  *
  *  1. Large allreduce: 64 MiB of float32, hvd_allreduce vs an MPI_Allreduce loop.
  *  2. Many small tensors: T x 4 KiB float32 per step (T = 10, 100, 1000, 4000), submitted
- *     asynchronously and fused by the runtime, vs one MPI_Allreduce per tensor.
- *  4. Mid-size allreduce: 64 KiB, 256 KiB, 1 MiB and 4 MiB of float32, one at a time,
+ *     asynchronously and fused by the runtime, vs one MPI_Allreduce per tensor. The runtime
+ *     runs with its default settings: 4000 names exceed the default 1024 cache slots, so
+ *     those steps are negotiated in full (what a model with more gradients than slots gets).
+ *  3. Mid-size allreduce: 64 KiB, 256 KiB, 1 MiB and 4 MiB of float32, one at a time,
  *     hvd_allreduce vs MPI_Allreduce (median of --mid-iters calls, each timed on the slowest
  *     rank between barriers).
- *  3. Negotiation cost per cycle with and without the response cache, for 100 and 1000
+ *  4. Negotiation cost per cycle with and without the response cache, for 100 and 1000
  *     tensors per step, two ways, both through the public API only (include/hvd/runtime.h):
  *     (a) the time the runtime's own counters (hvd_get_stats: busy_negotiation_ns over
  *     busy_cycles) give per cycle that scheduled tensors, with HOROVOD_CYCLE_TIME=0 so that
@@ -19,15 +21,17 @@
  *
  * The raw MPI loops run while the runtime is not started (its background thread would
  * otherwise share the cores), before and after the runtime phases; the table uses their mean.
- * Results are checked, so a fast wrong answer cannot pass. Times are the maximum over ranks,
+ * Results are checked, and every output buffer is filled with NaNs before each phase, so a
+ * fast wrong answer (or no answer) cannot pass. Times are the maximum over ranks,
  * except (a): the rank that reaches each negotiation last waits least for the others, so the
  * minimum over ranks is the closest to the negotiation's own cost (the maximum is printed
  * too, in brackets).
  *
- * Options: --large-iters N (5), --small-steps N (10), --neg-steps N (50), --mid-iters N (50),
- * --json FILE (rank 0 writes every result there as one JSON object, for
+ * Options (each at least 1): --large-iters N (5), --small-steps N (10), --neg-steps N (50),
+ * --mid-iters N (50); --json FILE (rank 0 writes every result there as one JSON object, for
  * bench/runtime/runs.py). */
 #include <math.h>
+#include <stdbool.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +68,12 @@ static void check_sum(const float *v, size_t n, float each, const char *what) {
         }
 }
 
+/* Fills an output buffer with NaNs (all bits set), so a check after a phase fails unless the
+ * phase itself wrote the results. */
+static void poison(float *v, size_t n) {
+    memset(v, 0xff, n * sizeof *v);
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -88,6 +98,7 @@ static const size_t mid_bytes[] = {64 << 10, 256 << 10, 1 << 20, 4 << 20};
 /* Seconds per 64 MiB allreduce (best of iters, after one warm-up). */
 static double large_raw(float *in, float *out, int iters) {
     double best = 1e30;
+    poison(out, LARGE_N);
     for (int i = -1; i < iters; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
@@ -101,6 +112,7 @@ static double large_raw(float *in, float *out, int iters) {
 
 static double large_hvd(float *in, float *out, int iters) {
     double best = 1e30;
+    poison(out, LARGE_N);
     hvd_err err = {0};
     for (int i = -1; i < iters; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
@@ -118,6 +130,7 @@ static double large_hvd(float *in, float *out, int iters) {
 /* Seconds per step of t allreduces of 4 KiB (median over steps, after one warm-up step). */
 static double small_raw(int t, float *in, float *out, int steps) {
     double *t_s = malloc(sizeof(double) * (size_t)steps);
+    poison(out, (size_t)t * SMALL_N);
     for (int s = -1; s < steps; s++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
@@ -135,6 +148,7 @@ static double small_raw(int t, float *in, float *out, int steps) {
 
 static double small_hvd(int t, float *in, float *out, int steps) {
     double *t_s = malloc(sizeof(double) * (size_t)steps);
+    poison(out, (size_t)t * SMALL_N);
     hvd_handle *h = malloc(sizeof *h * (size_t)t);
     hvd_err err = {0};
     for (int s = -1; s < steps; s++) {
@@ -167,6 +181,7 @@ static double mid_allreduce(int hvd, float *in, float *out, size_t n, int iters)
     char name[32];
     snprintf(name, sizeof name, "bench.mid.%zu", n);
     for (int i = -2; i < iters; i++) {
+        if (i == iters - 1) poison(out, n); /* the last call's result is the one checked */
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         if (!hvd)
@@ -403,7 +418,8 @@ static void print_results(const options *o, const results *r) {
            r->n1000.step_s * 1e3);
 }
 
-/* Every result as one JSON object (times in seconds), for bench/runtime/runs.py. */
+/* Every result as one JSON object, for bench/runtime/runs.py: times in seconds, except the
+ * two per-cycle negotiation costs (*_us, microseconds). */
 static int write_json(const char *path, const options *o, const results *r) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
@@ -429,12 +445,21 @@ static int write_json(const char *path, const options *o, const results *r) {
 
 int main(int argc, char **argv) {
     options o = {.large_iters = 5, .small_steps = 10, .neg_steps = 50, .mid_iters = 50};
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--mid-iters")) o.mid_iters = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--json")) o.json = argv[i + 1];
-        if (!strcmp(argv[i], "--large-iters")) o.large_iters = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--small-steps")) o.small_steps = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--neg-steps")) o.neg_steps = atoi(argv[i + 1]);
+    for (int i = 1; i < argc; i += 2) {
+        int *count = !strcmp(argv[i], "--large-iters")   ? &o.large_iters
+                     : !strcmp(argv[i], "--small-steps") ? &o.small_steps
+                     : !strcmp(argv[i], "--neg-steps")   ? &o.neg_steps
+                     : !strcmp(argv[i], "--mid-iters")   ? &o.mid_iters
+                                                         : NULL;
+        bool json = !strcmp(argv[i], "--json");
+        if ((!count && !json) || i + 1 >= argc || (count && (*count = atoi(argv[i + 1])) < 1)) {
+            fprintf(stderr,
+                    "bench_runtime: bad option '%s': use --large-iters N, --small-steps N, "
+                    "--neg-steps N, --mid-iters N (each at least 1), --json FILE\n",
+                    argv[i]);
+            return 2;
+        }
+        if (json) o.json = argv[i + 1];
     }
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

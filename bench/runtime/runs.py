@@ -35,7 +35,12 @@ def run_once(build, np_, bench_args):
         if r.returncode != 0:
             sys.exit("runs.py: bench_runtime failed in %s (exit %d): %s" %
                      (build, r.returncode, (r.stderr or r.stdout)[-800:]))
-        return json.load(open(f.name))
+        try:
+            with open(f.name) as j:
+                return json.load(j)
+        except ValueError as e:
+            sys.exit("runs.py: bench_runtime in %s wrote no valid results (%s): %s" %
+                     (build, e, (r.stderr or r.stdout)[-800:]))
 
 
 def spread(v, fmt="%.2f"):
@@ -118,7 +123,8 @@ def main():
     ap.add_argument("bench_args", nargs="*")
     a = ap.parse_args()
     if a.from_json:
-        d = json.load(open(a.from_json))
+        with open(a.from_json) as f:
+            d = json.load(f)
         names = list(d["builds"])
         print("bench_runtime %s, %d ranks" % (" ".join(d["bench_args"]), d["np"]))
         for name in names:
@@ -128,6 +134,8 @@ def main():
         return
     if not a.build:
         ap.error("--build (or --from-json) is required")
+    if a.runs < 1:
+        ap.error("--runs must be at least 1")
     bench_args = a.bench_args or ["--large-iters", "5", "--small-steps", "20", "--neg-steps", "50"]
     builds = [("this build", a.build)] + ([("baseline", a.baseline)] if a.baseline else [])
     got = {name: [] for name, _ in builds}
