@@ -24,6 +24,8 @@ hvd-rsh, hvd-exec; label python, torch):
   join_uneven        ranks with 1, 3 and 5 batches train with DistributedOptimizer and join:
                      the joined ranks stand in with zeros, join returns the last rank, and the
                      weights equal SGD on the averages computed here
+  no_shutdown        a function that calls init() and never shutdown(), as Horovod programs
+                     do: the job succeeds (the runtime shuts down at the rank's exit)
   gpu                the CUDA tensor path (NCCL): skipped without a GPU
 
 Exits 77 when torch, scikit-learn, cloudpickle or mpirun is missing, or under a sanitizer.
@@ -175,6 +177,12 @@ def test_horovod_script():
     check(rc == 0, "the script failed (%d):\n%s\n%s" % (rc, out[-3000:], err[-3000:]))
     acc = [float(m) for m in re.findall(r"epoch 3: test loss \S+, accuracy (\d\.\d+)", out)]
     check(acc and acc[0] >= 0.9, "rank 0's accuracy after 4 epochs: %s\n%s" % (acc, out))
+
+
+def test_no_shutdown():
+    import torch_cases
+    out = job(torch_cases.without_shutdown, 2)
+    check(out == [3.0, 3.0], "every rank's sum should be 3.0: %s" % out)
 
 
 def test_gpu():

@@ -5,6 +5,7 @@ A CPU tensor that is contiguous goes to the runtime as it is (no copy); others a
 contiguous first. A CUDA tensor goes through the NCCL backend once the current stream is
 synchronized. Handles are this module's integers; synchronize() waits on the runtime's.
 """
+import atexit
 import threading
 
 import torch
@@ -64,12 +65,25 @@ def _check_process_set(process_set):
 # ---- lifecycle --------------------------------------------------------------------------------
 
 def init(comm=None, process_sets=None):
-    """Starts the runtime (MPI and its background thread). A second call does nothing."""
+    """Starts the runtime (MPI and its background thread). A second call does nothing. As in
+    Horovod, the runtime is shut down when the process exits, so a program need not call
+    shutdown() (a rank ending without MPI_Finalize would make mpirun fail the job)."""
     if comm is not None or process_sets not in (None, []):
         raise NotImplementedError("hvd_bridge.torch.init takes no communicator or process sets")
     if not _rt.is_running():
         _rt.init()
         _handles.clear()
+    if not _at_exit[0]:
+        atexit.register(_shutdown_at_exit)
+        _at_exit[0] = True
+
+
+_at_exit = [False]  # _shutdown_at_exit is registered
+
+
+def _shutdown_at_exit():
+    if _rt.is_running():
+        shutdown()
 
 
 def shutdown():
