@@ -25,6 +25,9 @@ typedef struct hslot {
     uint64_t seq; /* the submission's number (g.q_seq) */
 } hslot;
 
+/* The number of the calling thread's newest submission (g.q_seq). */
+static _Thread_local uint64_t t_last_seq;
+
 static struct {
     pthread_mutex_t mu;   /* guards everything below */
     pthread_cond_t cv;    /* handle completions, init result */
@@ -175,7 +178,7 @@ int rt_state_wait_init(hvd_err *err) {
 void rt_state_request_shutdown(void) {
     pthread_mutex_lock(&g.mu);
     g.shutdown_requested = true;
-    if (g.bg_sleeping) pthread_cond_signal(&g.bg_cv);
+    if (g.bg_sleeping || g.bg_in_burst) pthread_cond_signal(&g.bg_cv);
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -213,8 +216,8 @@ rt_entry *rt_state_drain(bool *shutdown_requested) {
     pthread_mutex_lock(&g.mu);
     g.bg_in_burst = true;
     for (int64_t t0 = hvd_now_ns(), t = t0;
-         g.q_head && g.wait_seq <= g.drained_seq && t - g.q_last_ns < RT_BURST_GAP_NS &&
-         t - t0 < RT_BURST_MAX_WAIT_NS;
+         g.q_head && !g.shutdown_requested && g.wait_seq <= g.drained_seq &&
+         t - g.q_last_ns < RT_BURST_GAP_NS && t - t0 < RT_BURST_MAX_WAIT_NS;
          t = hvd_now_ns()) {
         int64_t until = g.q_last_ns + RT_BURST_GAP_NS;
         if (until > t0 + RT_BURST_MAX_WAIT_NS) until = t0 + RT_BURST_MAX_WAIT_NS;
@@ -261,6 +264,7 @@ rt_entry *rt_state_end(const char *reason) {
     snprintf(g.stop_reason, sizeof g.stop_reason, "%s", reason);
     rt_entry *q = g.q_head;
     g.q_head = g.q_tail = NULL;
+    g.drained_seq = g.q_seq;
     pthread_mutex_unlock(&g.mu);
     return q;
 }
@@ -309,7 +313,7 @@ int rt_submit(rt_entry *e, const char *name, hvd_handle *handle, hvd_err *err) {
         return refuse(e);
     }
     e->handle = handle_alloc();
-    if (e->handle) handle_get(e->handle)->seq = ++g.q_seq;
+    if (e->handle) handle_get(e->handle)->seq = t_last_seq = ++g.q_seq;
     if (!e->handle || rt_strmap_put(&g.inflight, e->name, (void *)1) != 0) {
         if (e->handle) handle_release(e->handle);
         hvd_err_set(err, HVD_E_INTERNAL, "%s of '%s': out of memory submitting the tensor",
@@ -356,8 +360,11 @@ int hvd_wait(hvd_handle handle, hvd_err *err) {
                            "released by hvd_wait",
                            (long long)handle);
     }
-    if (!s->done && s->seq > g.drained_seq && s->seq > g.wait_seq) {
-        g.wait_seq = s->seq; /* its burst is over: this thread submits nothing more */
+    /* This thread's newest submission, if still queued, ends the burst: the thread submits
+     * nothing more while it waits (even if the entry it waits for was taken earlier). */
+    uint64_t mine = s->seq > t_last_seq ? s->seq : t_last_seq;
+    if (!s->done && mine > g.drained_seq && mine > g.wait_seq) {
+        g.wait_seq = mine;
         if (g.bg_in_burst) pthread_cond_signal(&g.bg_cv);
     }
     /* The table may move while we sleep: look the slot up again after every wake-up. */

@@ -21,13 +21,13 @@
  *
  * The raw MPI loops run while the runtime is not started (its background thread would
  * otherwise share the cores), before and after the runtime phases; the table uses their mean.
- * Results are checked, and every output buffer is filled with NaNs before each phase, so a
- * fast wrong answer (or no answer) cannot pass. Times are the maximum over ranks,
- * except (a): the rank that reaches each negotiation last waits least for the others, so the
- * minimum over ranks is the closest to the negotiation's own cost (the maximum is printed
- * too, in brackets).
+ * Results are checked: each phase's last call or step writes into a buffer filled with NaNs
+ * just before it (outside the timed part), so a fast wrong answer (or none) cannot pass. Times are
+ * the maximum over ranks, except (a): the rank that reaches each negotiation last waits least for
+ * the others, so the minimum over ranks is the closest to the negotiation's own cost (the maximum
+ * is printed too, in brackets).
  *
- * Options (each at least 1): --large-iters N (5), --small-steps N (10), --neg-steps N (50),
+ * Options (each from 1 to 1000000): --large-iters N (5), --small-steps N (10), --neg-steps N (50),
  * --mid-iters N (50); --json FILE (rank 0 writes every result there as one JSON object, for
  * bench/runtime/runs.py). */
 #include <math.h>
@@ -91,15 +91,15 @@ static double median(double *v, int n) {
 static const int small_counts[] = {10, 100, 1000, 4000};
 #define N_COUNTS  (int)(sizeof small_counts / sizeof small_counts[0])
 #define SMALL_MAX 4000
-/* Mid sizes (phase 4), bytes. */
+/* Mid sizes (phase 3), bytes. */
 static const size_t mid_bytes[] = {64 << 10, 256 << 10, 1 << 20, 4 << 20};
 #define N_MID (int)(sizeof mid_bytes / sizeof mid_bytes[0])
 
 /* Seconds per 64 MiB allreduce (best of iters, after one warm-up). */
 static double large_raw(float *in, float *out, int iters) {
     double best = 1e30;
-    poison(out, LARGE_N);
     for (int i = -1; i < iters; i++) {
+        if (i == iters - 1) poison(out, LARGE_N); /* the last call's result is checked */
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         MPI_Allreduce(in, out, (int)LARGE_N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -112,9 +112,9 @@ static double large_raw(float *in, float *out, int iters) {
 
 static double large_hvd(float *in, float *out, int iters) {
     double best = 1e30;
-    poison(out, LARGE_N);
     hvd_err err = {0};
     for (int i = -1; i < iters; i++) {
+        if (i == iters - 1) poison(out, LARGE_N); /* the last call's result is checked */
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         if (hvd_allreduce("bench.large", in, out, (int64_t)LARGE_N, HVD_FLOAT32, HVD_OP_SUM,
@@ -130,8 +130,8 @@ static double large_hvd(float *in, float *out, int iters) {
 /* Seconds per step of t allreduces of 4 KiB (median over steps, after one warm-up step). */
 static double small_raw(int t, float *in, float *out, int steps) {
     double *t_s = malloc(sizeof(double) * (size_t)steps);
-    poison(out, (size_t)t * SMALL_N);
     for (int s = -1; s < steps; s++) {
+        if (s == steps - 1) poison(out, (size_t)t * SMALL_N); /* the last step is checked */
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         for (int k = 0; k < t; k++)
@@ -148,10 +148,10 @@ static double small_raw(int t, float *in, float *out, int steps) {
 
 static double small_hvd(int t, float *in, float *out, int steps) {
     double *t_s = malloc(sizeof(double) * (size_t)steps);
-    poison(out, (size_t)t * SMALL_N);
     hvd_handle *h = malloc(sizeof *h * (size_t)t);
     hvd_err err = {0};
     for (int s = -1; s < steps; s++) {
+        if (s == steps - 1) poison(out, (size_t)t * SMALL_N); /* the last step is checked */
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         for (int k = 0; k < t; k++) {
@@ -220,6 +220,7 @@ static neg_result negotiation(int t, int steps) {
     double *t_s = malloc(sizeof(double) * (size_t)steps);
     for (int s = -2; s < steps; s++) {
         if (s == 0) hvd_get_stats(&a);
+        if (s == steps - 1) poison(out, (size_t)t); /* the last step is checked */
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         for (int k = 0; k < t; k++) {
@@ -452,13 +453,17 @@ int main(int argc, char **argv) {
                      : !strcmp(argv[i], "--mid-iters")   ? &o.mid_iters
                                                          : NULL;
         bool json = !strcmp(argv[i], "--json");
-        if ((!count && !json) || i + 1 >= argc || (count && (*count = atoi(argv[i + 1])) < 1)) {
+        char *end = NULL;
+        long v = count && i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+        if ((!count && !json) || i + 1 >= argc ||
+            (count && (end == argv[i + 1] || *end || v < 1 || v > 1000000))) {
             fprintf(stderr,
                     "bench_runtime: bad option '%s': use --large-iters N, --small-steps N, "
-                    "--neg-steps N, --mid-iters N (each at least 1), --json FILE\n",
+                    "--neg-steps N, --mid-iters N (each 1 to 1000000), --json FILE\n",
                     argv[i]);
             return 2;
         }
+        if (count) *count = (int)v;
         if (json) o.json = argv[i + 1];
     }
     int provided;

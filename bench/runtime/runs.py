@@ -134,8 +134,8 @@ def main():
         return
     if not a.build:
         ap.error("--build (or --from-json) is required")
-    if a.runs < 1:
-        ap.error("--runs must be at least 1")
+    if a.runs < 1 or a.np < 1:
+        ap.error("--runs and --np must be at least 1")
     bench_args = a.bench_args or ["--large-iters", "5", "--small-steps", "20", "--neg-steps", "50"]
     builds = [("this build", a.build)] + ([("baseline", a.baseline)] if a.baseline else [])
     got = {name: [] for name, _ in builds}

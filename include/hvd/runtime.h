@@ -197,8 +197,9 @@ int hvd_poll(hvd_handle handle);
 
 /* Blocks until the handle completes and releases it. Returns 0 if the collective succeeded,
  * -1 if it failed (mismatch across ranks, shutdown with the tensor pending, MPI/NCCL error)
- * or the handle is unknown, with the reason in err. Never waits for a rank that has stopped:
- * shutdown anywhere fails every pending handle. */
+ * or the handle is unknown, with the reason in err (HVD_E_NOT_FOUND, also for a thread that
+ * waited for a handle another thread released meanwhile: wait for a handle in one thread).
+ * Never waits for a rank that has stopped: shutdown anywhere fails every pending handle. */
 int hvd_wait(hvd_handle handle, hvd_err *err);
 
 /* ---- Synchronous convenience wrappers: submit and wait. Return as hvd_wait. ---------- */

@@ -288,8 +288,10 @@ static PyObject *rt_wait(PyObject *self, PyObject *args) {
     rc = hvd_wait(h, &err);
     PyEval_RestoreThread(ts);
     if (rc != 0) {
-        pending_out **pp = find_output(h);
-        if (pp) { /* a failed collective filled nothing */
+        /* A failed collective filled nothing; but NOT_FOUND (another thread waited for this
+         * handle) leaves the output to that thread. */
+        pending_out **pp = rc == HVD_E_NOT_FOUND ? NULL : find_output(h);
+        if (pp) {
             pending_out *p = *pp;
             *pp = p->next;
             hvd_output_free(&p->out);

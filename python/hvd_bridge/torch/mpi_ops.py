@@ -6,6 +6,7 @@ contiguous first. A CUDA tensor goes through the NCCL backend once the current s
 synchronized. Handles are this module's integers; synchronize() waits on the runtime's.
 """
 import atexit
+import os
 import threading
 
 import torch
@@ -73,16 +74,19 @@ def init(comm=None, process_sets=None):
     if not _rt.is_running():
         _rt.init()
         _handles.clear()
-    if not _at_exit[0]:
-        atexit.register(_shutdown_at_exit)
-        _at_exit[0] = True
+    if _at_exit[0] != os.getpid():
+        atexit.register(_shutdown_at_exit, os.getpid())
+        _at_exit[0] = os.getpid()
 
 
-_at_exit = [False]  # _shutdown_at_exit is registered
+_at_exit = [None]  # the process that registered _shutdown_at_exit
 
 
-def _shutdown_at_exit():
-    if _rt.is_running():
+def _shutdown_at_exit(pid):
+    """Unconditional (it joins the background thread even when another rank's shutdown ended
+    the runtime, so MPI is finalized before the process ends), but never in a forked child,
+    where that thread does not exist."""
+    if os.getpid() == pid:
         shutdown()
 
 
