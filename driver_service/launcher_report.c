@@ -137,6 +137,20 @@ static const char *mpirun_said(const job_end_info *end, char *buf, size_t cap) {
     return buf;
 }
 
+/* "every rank succeeded but mpirun exited with status N", and when N reads as 128 + a signal
+ * (how mpirun reports a process of the job killed by one), that a process died after the ranks
+ * reported: every result is in, and mpirun's own messages name the process. */
+static void all_ranks_succeeded(const job_end_info *end, const char *said, char *why, size_t cap) {
+    int st = mpirun_status(end), sig = st - 128;
+    if (end->mpirun && sig > 0 && sig < 65)
+        snprintf(why, cap,
+                 "every rank succeeded but %s (128 + %d: a process of the job was killed by "
+                 "signal %d (%s) after the ranks reported; mpirun's messages above name it)",
+                 said, sig, sig, strsignal(sig));
+    else
+        snprintf(why, cap, "every rank succeeded but %s", said);
+}
+
 /* How many ranks were stopped by the job ending (orted's signal), and the first of them. */
 static size_t stopped_ranks(const hvd_rank_result *r, size_t n, int *first) {
     size_t k = 0;
@@ -205,7 +219,7 @@ static int blame(hvd_driver *d, const hvd_rank_result *r, size_t n, const job_en
     else if (missing_ranks(r, n, note, sizeof note) == n)
         no_rank_ran(d, end, said, why, cap);
     else
-        snprintf(why, cap, "every rank succeeded but %s", said);
+        all_ranks_succeeded(end, said, why, cap);
     return end->stopped[0] ? 1 : fallback;
 }
 

@@ -2,7 +2,9 @@
  * The argument "fail=R" makes rank R fail at once with an error text. "sleep=S" makes every
  * other rank sleep S seconds in the entry ("sleep=S:R": only rank R); while a rank sleeps, and once
  * it returns, it says so in $HVD_E2E_DIR/state.<rank> ("sleeping", then "done") when that variable
- * is set (the fault-injection tests watch these files). */
+ * is set (the fault-injection tests watch these files). "die_after=R" makes rank R SIGKILL itself
+ * as its process exits, after hvd-exec reported its result (a rank lost while finishing). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,10 @@ static void probe_sleep(const char *arg, int rank) {
     }
 }
 
+static void probe_die(void) {
+    raise(SIGKILL);
+}
+
 int probe_entry(const hvd_entry_ctx *ctx, hvd_entry_result *out) {
     char arg[256] = "";
     size_t n = ctx->arg_len < sizeof arg - 1 ? ctx->arg_len : sizeof arg - 1;
@@ -51,6 +57,8 @@ int probe_entry(const hvd_entry_ctx *ctx, hvd_entry_result *out) {
         return 3;
     }
     probe_sleep(arg, ctx->rank);
+    const char *die = strstr(arg, "die_after=");
+    if (die && atoi(die + 10) == ctx->rank) atexit(probe_die);
     int depth;
     int anc = probe_task_ancestor(&depth);
     char gpus[128] = "";
