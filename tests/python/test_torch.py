@@ -26,6 +26,7 @@ hvd-rsh, hvd-exec; label python, torch):
                      weights equal SGD on the averages computed here
   no_shutdown        a function that calls init() and never shutdown(), as Horovod programs
                      do: the job succeeds (the runtime shuts down at the rank's exit)
+  no_shutdown_warm   the same in ranks forked from a warm interpreter (HVD_WARM_PYTHON)
   gpu                the CUDA tensor path (NCCL): skipped without a GPU
 
 Exits 77 when torch, scikit-learn, cloudpickle or mpirun is missing, or under a sanitizer.
@@ -183,6 +184,21 @@ def test_no_shutdown():
     import torch_cases
     out = job(torch_cases.without_shutdown, 2)
     check(out == [3.0, 3.0], "every rank's sum should be 3.0: %s" % out)
+
+
+def test_no_shutdown_warm():
+    """no_shutdown in warm ranks (HVD_WARM_PYTHON), whose interpreter runs the atexit handlers
+    itself (hvd_bridge._warm) before os._exit."""
+    import torch_cases
+    os.environ["HVD_WARM_PYTHON"] = sys.executable
+    os.environ["HVD_WARM_IMPORTS"] = "torch"
+    try:
+        out = job(torch_cases.without_shutdown_warm, 2)
+    finally:
+        os.environ.pop("HVD_WARM_PYTHON", None)
+        os.environ.pop("HVD_WARM_IMPORTS", None)
+    check([o[0] for o in out] == [3.0, 3.0], "every rank's sum should be 3.0: %s" % out)
+    check(all(o[1] == ["-m", "hvd_bridge._warm"] for o in out), "forked warm: %r" % out)
 
 
 def test_gpu():

@@ -354,3 +354,13 @@ def without_shutdown():
     import hvd_bridge.torch as hvd
     hvd.init()
     return hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
+
+
+def without_shutdown_warm():
+    """without_shutdown in a rank forked from a task service's warm interpreter: its sum and
+    the warm interpreter's command line (the rank's parent)."""
+    import os
+    total = without_shutdown()
+    with open("/proc/%d/cmdline" % os.getppid(), "rb") as f:
+        parent = [p.decode() for p in f.read().split(b"\0")[1:3]]
+    return total, parent
