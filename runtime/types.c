@@ -223,6 +223,34 @@ static double saturate(double v, double lo, double hi) {
             a[i] = (T)saturate(trunc((double)a[i] * factor), LO, HI);                              \
     } while (0)
 
+/* The float kernels below run over every gradient of an averaged allreduce (23 MB per step
+ * for the 5.8M-parameter MLP of bench/torch), so they are built for AVX2 as well where the
+ * compiler can (picked at load time by the CPU), and vectorised (CMakeLists.txt). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__INTEL_COMPILER)
+#define RT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define RT_VECTOR_CLONES
+#endif
+
+/* float32 by a factor: in float when the factor is a float (then a * factor in float rounds
+ * the exact product once, as the double product rounded to float does: the same bits, and
+ * twice the elements per instruction), else through double. */
+RT_VECTOR_CLONES static void scale_f32(float *a, int64_t n, double factor) {
+    float f = (float)factor;
+    if ((double)f == factor) {
+        for (int64_t i = 0; i < n; i++)
+            a[i] *= f;
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        a[i] = (float)((double)a[i] * factor);
+}
+
+RT_VECTOR_CLONES static void scale_f64(double *a, int64_t n, double factor) {
+    for (int64_t i = 0; i < n; i++)
+        a[i] *= factor;
+}
+
 void rt_scale(void *buf, int64_t n, hvd_dtype t, double factor) {
     if (factor == 1.0) return;
     switch (t) {
@@ -251,18 +279,12 @@ void rt_scale(void *buf, int64_t n, hvd_dtype t, double factor) {
             a[i] = hvd_float_to_bf16((float)((double)hvd_bf16_to_float(a[i]) * factor));
         break;
     }
-    case HVD_FLOAT32: {
-        float *a = buf;
-        for (int64_t i = 0; i < n; i++)
-            a[i] = (float)((double)a[i] * factor);
+    case HVD_FLOAT32:
+        scale_f32(buf, n, factor);
         break;
-    }
-    case HVD_FLOAT64: {
-        double *a = buf;
-        for (int64_t i = 0; i < n; i++)
-            a[i] *= factor;
+    case HVD_FLOAT64:
+        scale_f64(buf, n, factor);
         break;
-    }
     }
 }
 

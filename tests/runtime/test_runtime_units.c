@@ -100,6 +100,54 @@ static void test_scaling(void) {
     CHECK(hvd_f16_to_float(h[0]) == 1.5f);
 }
 
+/* float32 and float64 scaling, vectorised, give every element exactly what one scalar
+ * rounding of the double product gives: factors that are floats (the float path) and that are
+ * not, lengths that are no multiple of a vector, values across the range (subnormals,
+ * overflow to infinity, NaN, signed zero). */
+static void test_scaling_bits(void) {
+    enum { N = 1037 };
+    static float a[N], ref[N];
+    static double d[N], dref[N];
+    const double factors[] = {0.5, 0.25, 1.0 / 3.0, 0.1, (double)0.1f, 1e30, 3.0, -0.125};
+    uint32_t x = 12345;
+    int bad = 0;
+    for (size_t k = 0; k < sizeof factors / sizeof factors[0]; k++) {
+        for (int i = 0; i < N; i++) {
+            x = x * 1664525u + 1013904223u;
+            uint32_t bits = x;
+            memcpy(&a[i], &bits, 4);        /* any bit pattern: subnormals, infinities, NaNs */
+            d[i] = (double)a[i] * 3.7e-290; /* doubles from subnormal to large */
+        }
+        a[0] = 1e-45f;
+        a[1] = -0.0f;
+        d[0] = 4.9e-324;
+        d[1] = 1.7e308;
+        for (int i = 0; i < N; i++) {
+            ref[i] = (float)((double)a[i] * factors[k]);
+            dref[i] = d[i] * factors[k];
+        }
+        for (int n = N - 8; n <= N; n += 4) { /* the tail of every length */
+            float b[N];
+            double e[N];
+            memcpy(b, a, sizeof b);
+            memcpy(e, d, sizeof e);
+            rt_scale(b, n, HVD_FLOAT32, factors[k]);
+            rt_scale(e, n, HVD_FLOAT64, factors[k]);
+            for (int i = 0; i < N; i++) {
+                float fw = i < n ? ref[i] : a[i];
+                double dw = i < n ? dref[i] : d[i];
+                bool same_f = memcmp(&b[i], &fw, 4) == 0 || (isnan(b[i]) && isnan(fw));
+                bool same_d = memcmp(&e[i], &dw, 8) == 0 || (isnan(e[i]) && isnan(dw));
+                if ((!same_f || !same_d) && bad++ < 3)
+                    fprintf(stderr,
+                            "factor %g, n %d, [%d]: float %a (want %a), double %a (want %a)\n",
+                            factors[k], n, i, (double)b[i], (double)fw, e[i], dw);
+            }
+        }
+    }
+    CHECK_MSG(bad == 0, "%d elements differ", bad);
+}
+
 static void test_strmap(void) {
     rt_strmap m;
     rt_strmap_init(&m);
@@ -323,6 +371,7 @@ int main(void) {
     RUN(test_half_conversions);
     RUN(test_reduce_kernels);
     RUN(test_scaling);
+    RUN(test_scaling_bits);
     RUN(test_strmap);
     RUN(test_cache);
     RUN(test_codec);
