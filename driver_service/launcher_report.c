@@ -144,8 +144,8 @@ static void all_ranks_succeeded(const job_end_info *end, const char *said, char 
     int st = mpirun_status(end), sig = st - 128;
     if (end->mpirun && sig > 0 && sig < 65)
         snprintf(why, cap,
-                 "every rank succeeded but %s (128 + %d: a process of the job was killed by "
-                 "signal %d (%s) after the ranks reported; mpirun's messages above name it)",
+                 "every rank succeeded but %s (128 + %d: probably a process of the job killed "
+                 "by signal %d (%s) after the ranks reported; mpirun's own messages name it)",
                  said, sig, sig, strsignal(sig));
     else
         snprintf(why, cap, "every rank succeeded but %s", said);

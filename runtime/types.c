@@ -2,6 +2,7 @@
  * reduce and scale buffers (used by the MPI ops for f16/bf16 and by fused scaling). */
 #include "types.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -226,18 +227,23 @@ static double saturate(double v, double lo, double hi) {
 /* The float kernels below run over every gradient of an averaged allreduce (23 MB per step
  * for the 5.8M-parameter MLP of bench/torch), so they are built for AVX2 as well where the
  * compiler can (picked at load time by the CPU), and vectorised (CMakeLists.txt). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__INTEL_COMPILER)
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute) /* ifunc: glibc */
+#if __has_attribute(target_clones)
 #define RT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
+#endif
+#endif
+#ifndef RT_VECTOR_CLONES
 #define RT_VECTOR_CLONES
 #endif
 
-/* float32 by a factor: in float when the factor is a float (then a * factor in float rounds
- * the exact product once, as the double product rounded to float does: the same bits, and
- * twice the elements per instruction), else through double. */
+/* float32 by a factor: in float when the factor is a normal float (then a * factor in float
+ * rounds the exact product once, as the double product rounded to float does: the same bits,
+ * and twice the elements per instruction), else through double. A subnormal factor goes
+ * through double: with denormals-are-zero set (torch.set_flush_denormal) float would read it
+ * as 0. */
 RT_VECTOR_CLONES static void scale_f32(float *a, int64_t n, double factor) {
     float f = (float)factor;
-    if ((double)f == factor) {
+    if ((double)f == factor && fabs(factor) >= FLT_MIN) {
         for (int64_t i = 0; i < n; i++)
             a[i] *= f;
         return;

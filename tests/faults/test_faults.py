@@ -593,6 +593,8 @@ def run_chaos(cell, rng):
             # tell which process mpirun lost (mpirun's own messages say); it must say the ranks
             # succeeded and why the job still failed.
             after_results = finished and bool(own) and "every rank succeeded but mpirun" in own[-1]
+            if kind == "rank":  # mpirun's 128 + 9, read as such
+                after_results = after_results and "killed by signal 9" in own[-1]
             if not cell.names_victim and not after_results:
                 cell.fail("the driver's last line does not name %s: %r" % (part, own[-1] if own else ""))
         elif kind not in (None, "driver") and cell.status == 0 and not finished:

@@ -101,22 +101,24 @@ static void test_scaling(void) {
 }
 
 /* float32 and float64 scaling, vectorised, give every element exactly what one scalar
- * rounding of the double product gives: factors that are floats (the float path) and that are
- * not, lengths that are no multiple of a vector, values across the range (subnormals,
- * overflow to infinity, NaN, signed zero). */
+ * multiplication gives (float32: the double product rounded to float): factors that are floats
+ * (the float path), that are not, and a subnormal one; every length up to 40 and the last
+ * vector's worth below N; values across the range (subnormals, overflow to infinity, NaN,
+ * signed zero). */
 static void test_scaling_bits(void) {
     enum { N = 1037 };
-    static float a[N], ref[N];
-    static double d[N], dref[N];
-    const double factors[] = {0.5, 0.25, 1.0 / 3.0, 0.1, (double)0.1f, 1e30, 3.0, -0.125};
+    static float a[N], ref[N], b[N];
+    static double d[N], dref[N], e[N];
+    const double factors[] = {0.5, 0.25, 1.0 / 3.0, 0.1, (double)0.1f, 1e30, 3.0, -0.125, 1e-40};
     uint32_t x = 12345;
     int bad = 0;
     for (size_t k = 0; k < sizeof factors / sizeof factors[0]; k++) {
         for (int i = 0; i < N; i++) {
             x = x * 1664525u + 1013904223u;
             uint32_t bits = x;
-            memcpy(&a[i], &bits, 4);        /* any bit pattern: subnormals, infinities, NaNs */
-            d[i] = (double)a[i] * 3.7e-290; /* doubles from subnormal to large */
+            memcpy(&a[i], &bits, 4); /* any bit pattern: subnormals, infinities, NaNs */
+            x = x * 1664525u + 1013904223u;
+            d[i] = ldexp((double)a[i], (int)(x >> 21) % 1800 - 900); /* exponents all over */
         }
         a[0] = 1e-45f;
         a[1] = -0.0f;
@@ -126,9 +128,7 @@ static void test_scaling_bits(void) {
             ref[i] = (float)((double)a[i] * factors[k]);
             dref[i] = d[i] * factors[k];
         }
-        for (int n = N - 8; n <= N; n += 4) { /* the tail of every length */
-            float b[N];
-            double e[N];
+        for (int n = 0; n <= N; n = n < 40 ? n + 1 : n < N - 8 ? N - 8 : n + 1) {
             memcpy(b, a, sizeof b);
             memcpy(e, d, sizeof e);
             rt_scale(b, n, HVD_FLOAT32, factors[k]);
