@@ -227,7 +227,8 @@ static double saturate(double v, double lo, double hi) {
 /* The float kernels below run over every gradient of an averaged allreduce (23 MB per step
  * for the 5.8M-parameter MLP of bench/torch), so they are built for AVX2 as well where the
  * compiler can (picked at load time by the CPU), and vectorised (CMakeLists.txt). */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute) /* ifunc: glibc */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute) &&                       \
+    !defined(RT_NO_CPU_CLONES) /* ifunc: glibc; off under the sanitizers (CMakeLists.txt) */
 #if __has_attribute(target_clones)
 #define RT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #endif
