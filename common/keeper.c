@@ -471,6 +471,10 @@ void hvd_keeper_run(struct keeper *k) {
     keeper_spawn(k);
     for (;;) {
         keeper_reap(k, &ks);
+        /* The command's own process ended and something of it is left (keeper_reap returned):
+         * with end_with_command, that is stopped instead of waited for. */
+        if (k->end_with_command && ks.shell_done && ks.state == K_RUNNING)
+            keeper_terminate(k, &ks, k->grace_ms);
         if (ks.state == K_TERMINATING && hvd_now_ms() >= ks.deadline) ks.state = K_KILLING;
         if (ks.state == K_KILLING) {
             /* The child's pid, and so its group id, stays ours until we reap it. */
@@ -506,7 +510,8 @@ void hvd_keeper_start(struct keeper *k) {
 /* ------------------------------------------------------------------------------------------
  * The keeper program's arguments:
  *   hvd-keeper --owner PID --grace-ms MS --extra-fds N [--done-pipe] [--fallbacks]
- *              [--cwd DIR] [--hostname NAME] [--cleanup-dir DIR] -- PROGRAM ARGV0 [ARG...]
+ *              [--end-with-command] [--cwd DIR] [--hostname NAME] [--cleanup-dir DIR]
+ *              -- PROGRAM ARGV0 [ARG...]
  * and its descriptors KEEPER_FD_* (--done-pipe: KEEPER_FD_DONE is open; the command's
  * environment comes through KEEPER_FD_ENV). */
 
@@ -516,7 +521,7 @@ char **hvd_keeper_argv(const struct keeper *k) {
     size_t argc = 0;
     while (k->argv[argc])
         argc++;
-    size_t n = 1 + 6 + 2 + 6 + 2 + argc + 1;
+    size_t n = 1 + 6 + 3 + 6 + 2 + argc + 1;
     char **v = malloc(n * sizeof *v + NUMBERS_LEN);
     if (!v) return NULL;
     char *num = (char *)(v + n);
@@ -531,6 +536,7 @@ char **hvd_keeper_argv(const struct keeper *k) {
     }
     if (k->done_w >= 0) v[i++] = "--done-pipe";
     if (k->fallbacks) v[i++] = "--fallbacks";
+    if (k->end_with_command) v[i++] = "--end-with-command";
     const char *opt_names[3] = {"--cwd", "--hostname", "--cleanup-dir"};
     const char *opt_values[3] = {k->cwd, k->hostname, k->cleanup_dir};
     for (int j = 0; j < 3; j++)
@@ -613,6 +619,10 @@ int hvd_keeper_parse_argv(struct keeper *k, int argc, char **argv, char *why, si
         }
         if (strcmp(o, "--fallbacks") == 0) {
             k->fallbacks = 1;
+            continue;
+        }
+        if (strcmp(o, "--end-with-command") == 0) {
+            k->end_with_command = 1;
             continue;
         }
         if (!v) break;

@@ -77,6 +77,7 @@ struct keeper {
     int grace_ms;            /* SIGTERM -> SIGKILL */
     pid_t owner;             /* the owner's pid: the keeper's parent while the owner lives */
     int fallbacks;           /* don't use close_range / pidfd (tests) */
+    int end_with_command;    /* the command child's exit stops what is left (proc.h) */
     int ctl;                 /* keeper's end of the control socket (the lifeline) */
     int out_w, err_w;        /* the child's stdout/stderr: pipe write ends, or passed fds */
     int done_w;              /* write end of the done pipe (exit fd without pidfd), or -1 */

@@ -9,12 +9,14 @@
 
 static const char usage[] =
     "usage: hvd-keeper --owner PID --grace-ms MS --extra-fds N [--done-pipe] [--fallbacks]\n"
-    "                  [--cwd DIR] [--hostname NAME] [--cleanup-dir DIR] -- PROGRAM ARGV0 "
-    "[ARG...]\n"
+    "                  [--end-with-command] [--cwd DIR] [--hostname NAME] [--cleanup-dir DIR]\n"
+    "                  -- PROGRAM ARGV0 [ARG...]\n"
     "\n"
     "Keeps one command of hvd-bridge: runs PROGRAM in its own session and process group, reports\n"
     "its pid and exit code to its owner over descriptor 3, and ends it and every process it left\n"
-    "(SIGTERM, SIGKILL after MS) when the owner asks or dies. Not started by hand: the process\n"
+    "(SIGTERM, SIGKILL after MS) when the owner asks or dies. The command has ended when PROGRAM\n"
+    "and every process it left have exited; with --end-with-command, what PROGRAM left is ended\n"
+    "(SIGTERM, SIGKILL after MS) as soon as PROGRAM exits. Not started by hand: the process\n"
     "runner of hvd-task, hvd-driver, hvd-exec and the JVM and Python libraries execs it with its\n"
     "descriptors in place (3 control socket, 4 and 5 the command's stdout and stderr, 6 the done\n"
     "pipe, 7.. the command's extra descriptors).\n"

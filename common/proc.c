@@ -298,6 +298,7 @@ static int keeper_prepare(struct keeper *k, const hvd_proc_spec *spec, char *pat
     k->grace_ms = spec->grace_ms ? spec->grace_ms : HVD_PROC_DEFAULT_GRACE_MS;
     k->owner = getpid();
     k->fallbacks = fallbacks;
+    k->end_with_command = spec->end_with_program;
     k->ctl = ch->sv[1];
     k->out_w = spec->pass_stdout ? spec->stdout_fd : ch->out[1];
     k->err_w = spec->pass_stderr ? spec->stderr_fd : ch->errp[1];

@@ -42,7 +42,9 @@ static const char USAGE[] =
     "It asks the driver which task service this rank stands for, takes that task's GPUs,\n"
     "changes into the executor's work dir, fetches the job's entry point from the driver and\n"
     "runs it:\n"
-    "  a program: run with the rank in its environment; its exit status is the rank's;\n"
+    "  a program: run with the rank in its environment; its exit status is the rank's, and\n"
+    "    what it leaves running is stopped when it exits (SIGTERM, SIGKILL 5 s later; a warm\n"
+    "    Python rank: the task service's grace period);\n"
     "  a shared object: loaded from memory (the executor needs no copy of the file) and its\n"
     "    hvd_entry_fn called (include/hvd/entry.h).\n"
     "The rank's status, result bytes and error text are reported to the driver and to the\n"
@@ -396,7 +398,8 @@ static int start_rank(rank_proc *rp, char *const *argv, char **envp, const int *
                           .pass_stdout = true,
                           .stdout_fd = 1,
                           .extra_fds = fds,
-                          .n_extra_fds = nfds};
+                          .n_extra_fds = nfds,
+                          .end_with_program = true};
     hvd_err err;
     rp->cold = hvd_proc_start(&spec, &err);
     if (!rp->cold) {

@@ -83,7 +83,9 @@ void task_warm_start(hvd_task *t, const hvd_task_config *cfg) {
                           .stderr_fd = 2,
                           .cleanup_dir = t->warm_dir,
                           .extra_fds = &t->warm_fd,
-                          .n_extra_fds = 1};
+                          .n_extra_fds = 1,
+                          /* if it dies, what ended ranks left with it goes too */
+                          .end_with_program = true};
     hvd_err err;
     t->warm = hvd_proc_start(&spec, &err);
     close(t->warm_fd); /* the interpreter's now; without it, ranks are refused and start cold */

@@ -15,7 +15,15 @@ Protocol (SOCK_SEQPACKET, one message each, peers of the same user only):
            descriptors stdout, stderr and the program's descriptors 3, 4, ... attached;
   answers  "cold <why>": run it yourself; "started <pid>", later "exit <status>" (a signal
            N as 128 + N). The requester closing its end (or dying) stops the rank: SIGTERM to
-           its process group, SIGKILL after --grace-ms.
+           its process group and every descendant, SIGKILL after --grace-ms.
+
+A rank's descendants: the interpreter and every rank are child subreapers, so a process that
+leaves the rank's group (setsid) or loses its parent stays the rank's descendant while the
+rank runs and becomes the interpreter's child once the rank has ended. When a rank ends, its
+group and every child of the interpreter that is not a rank (what an ended rank left) get
+SIGTERM, and SIGKILL after --grace-ms; its "exit" answer waits until they are gone, so nothing
+of a rank outlives it (a process left holding the rank's stdout would also keep mpirun
+waiting for the rank), as the process runner does for a cold rank.
 """
 import argparse
 import atexit
@@ -38,6 +46,7 @@ MAGIC = "hvd-warm 1"
 MAX_REQUEST = 1 << 20
 MAX_FDS = 8
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def _say(line):
@@ -145,12 +154,15 @@ def _plan(argv, env, cwd):
 # ---- The child: becomes the rank ----------------------------------------------------------
 
 
-def _die_with(parent):
+def _prctl(option, value):
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def _die_with(parent):
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)
 
@@ -238,6 +250,7 @@ def _exit_code(e):
 
 def _child(zygote, plan, cwd, env, fds):
     os.setpgid(0, 0)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # its descendants stay its own while it runs
     _die_with(zygote)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -278,6 +291,54 @@ def _child(zygote, plan, cwd, env, fds):
 # ---- The zygote -----------------------------------------------------------------------------
 
 
+def _parents():
+    """{pid: parent pid} of every process (those that vanish while read are left out)."""
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d, "rb") as f:
+                found[int(d)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
+def _descendants(roots, parents):
+    """[(pid, parent pid)] of the processes below roots in parents ({pid: parent pid}), roots
+    excluded."""
+    kids = {}
+    for pid, ppid in parents.items():
+        kids.setdefault(ppid, []).append(pid)
+    out, todo, seen = [], list(roots), set(roots)
+    while todo:
+        parent = todo.pop()
+        for kid in kids.get(parent, ()):
+            if kid not in seen:  # a pid reused while /proc was read must not loop
+                seen.add(kid)
+                out.append((kid, parent))
+                todo.append(kid)
+    return out
+
+
+def _kill(pid, parent, sig):
+    """sig to pid if it is still parent's child: pinned with a pidfd first, so that a pid
+    reused since /proc was read is never signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone (or out of descriptors: a later round finds it again)
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            if int(f.read().rsplit(b")", 1)[1].split()[1]) == parent:
+                signal.pidfd_send_signal(fd, sig)
+    except (OSError, ValueError, IndexError):
+        pass
+    finally:
+        os.close(fd)
+
+
 def _gone(conn):
     """Whether the requester closed its end (it was stopped while waiting for an answer)."""
     try:
@@ -291,7 +352,8 @@ def _gone(conn):
 class Rank:
     def __init__(self, conn, pid, pidfd):
         self.conn, self.pid, self.pidfd = conn, pid, pidfd
-        self.kill_at = None  # SIGKILL after this time (monotonic), once stopped
+        self.kill_at = None  # SIGKILL after this time (monotonic), once stopped or ended
+        self.code = None  # its exit status, once it has ended
 
 
 class Zygote:
@@ -301,12 +363,16 @@ class Zygote:
         self.listener = listener
         self.sel.register(self.listener, selectors.EVENT_READ, ("accept", None))
         self.ranks = {}
+        self.ending = []  # ended ranks, answered once what they left is gone (finish_ending)
         self.parent = os.getppid()
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)  # what an ended rank leaves comes here
+        self.own_children = set()  # started by the imports, not by a rank
 
     def own_fds(self):
         """Every descriptor of the zygote's own: the child closes them."""
         fds = [self.listener.fileno(), self.sel.fileno()]
         fds += [k.fd for k in self.sel.get_map().values()]
+        fds += [r.conn.fileno() for r in self.ending]
         for r in self.ranks.values():
             fds.append(r.conn.fileno())
             if r.pidfd is not None:
@@ -415,30 +481,103 @@ class Zygote:
             rank.kill_at = time.monotonic() + self.grace_s
 
     @staticmethod
-    def signal(rank, sig):
+    def signal(rank, sig, descendants=True):
+        """sig to the rank's process group and to every descendant of the (live) rank."""
         try:
             os.killpg(rank.pid, sig)
         except OSError:
             pass
+        for pid, parent in _descendants([rank.pid], _parents()) if descendants else ():
+            _kill(pid, parent, sig)
+
+    def leftovers(self):
+        """The interpreter's children that no live rank and no import started: what ended
+        ranks left (a live rank is a subreaper: its descendants stay its own). Reaps those
+        that have exited; returns the others and the process table it read."""
+        me = os.getpid()
+        parents = _parents()
+        left = []
+        for pid, ppid in parents.items():
+            if ppid != me or pid in self.ranks or pid in self.own_children:
+                continue
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    continue
+            except ChildProcessError:
+                continue
+            left.append(pid)
+        return left, parents
+
+    def signal_leftovers(self, sig):
+        left, parents = self.leftovers()
+        me = os.getpid()
+        for pid, parent in [(p, me) for p in left] + _descendants(left, parents):
+            _kill(pid, parent, sig)
+        return left
+
+    def sweep(self, within_s=1.0):
+        """SIGKILLs what ended ranks left, until it is gone (one that forks while it is being
+        killed hands its child up here). Bounded: what is still there after within_s is left
+        to the next sweep."""
+        deadline = time.monotonic() + within_s
+        while True:
+            left = self.signal_leftovers(signal.SIGKILL)
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        if left:            _say("processes left by ended ranks did not end within %.0f s of SIGKILL: %s"
+                 % (within_s, " ".join(str(p) for p in left)))
 
     def exited(self, rank, status=None):
+        """The rank ended: what it left gets SIGTERM (SIGKILL at the grace period's end), and
+        its status is answered once that is gone (finish_ending)."""
         if status is None:
             _, status = os.waitpid(rank.pid, 0)
         code = os.waitstatus_to_exitcode(status)
-        self.signal(rank, signal.SIGKILL)  # what it left in its group
+        rank.code = 128 - code if code < 0 else code
         if rank.pidfd is not None:
             self.sel.unregister(rank.pidfd)
             os.close(rank.pidfd)
         if rank.kill_at is None:
             self.sel.unregister(rank.conn)
-        self.answer(rank.conn, "exit %d" % (128 - code if code < 0 else code))
-        rank.conn.close()
         del self.ranks[rank.pid]
+        # What it left, its group included, is the interpreter's children and what is below
+        # them now (its own pid is free for reuse: no signal by it). A rank being stopped
+        # keeps its deadline; one already SIGKILLed gets none.
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            self.signal_leftovers(sig)
+        now = time.monotonic()
+        if rank.kill_at is None:
+            rank.kill_at = now + self.grace_s
+        elif rank.kill_at == float("inf"):
+            rank.kill_at = now
+        self.ending.append(rank)
+        self.finish_ending()
+
+    def finish_ending(self):
+        """Answers each ended rank once nothing it left runs; at its deadline, SIGKILLs what
+        is left (what ended ranks left cannot be told apart: an earlier deadline also ends
+        what a later rank left)."""
+        if not self.ending:
+            return
+        due = [r for r in self.ending if time.monotonic() >= r.kill_at]
+        if due:
+            self.sweep()
+        left, _ = self.leftovers()
+        for rank in list(self.ending):
+            if left and rank not in due:
+                continue
+            self.ending.remove(rank)
+            self.answer(rank.conn, "exit %d" % rank.code)
+            rank.conn.close()
 
     def timeout(self):
-        due = [r.kill_at for r in self.ranks.values() if r.kill_at not in (None, float("inf"))]
+        due = [r.kill_at for r in list(self.ranks.values()) + self.ending
+               if r.kill_at not in (None, float("inf"))]
         wait = max(0.0, min(due) - time.monotonic()) if due else 1.0
         if any(r.pidfd is None for r in self.ranks.values()):
+            wait = min(wait, 0.05)
+        if self.ending:  # what ended ranks left is polled: it has no descriptor to watch
             wait = min(wait, 0.05)
         return wait
 
@@ -450,6 +589,7 @@ class Zygote:
                 self.exited(rank, status)
 
     def serve(self):
+        self.own_children = {p for p, _ in _descendants([os.getpid()], _parents())}
         while os.getppid() == self.parent:
             for key, _ in self.sel.select(self.timeout()):
                 what, rank = key.data
@@ -462,6 +602,7 @@ class Zygote:
                 else:
                     self.exited(rank)
             self.poll_unwatched()
+            self.finish_ending()
             now = time.monotonic()
             for rank in list(self.ranks.values()):
                 if rank.kill_at is not None and now >= rank.kill_at:
@@ -481,7 +622,8 @@ def main(argv=None):
     ap.add_argument("--imports", default="torch",
                     help="comma-separated modules to import before serving")
     ap.add_argument("--grace-ms", type=int, default=5000,
-                    help="SIGTERM to SIGKILL when a rank is stopped (default: 5000)")
+                    help="SIGTERM to SIGKILL when a rank is stopped, and for what a rank left "
+                    "running when it ended (default: 5000)")
     a = ap.parse_args(argv)
     if sys.version_info < (3, 9):  # socket.recv_fds, os.pidfd_open
         _say("a warm interpreter needs Python 3.9 or later (this is %d.%d): ranks start cold"

@@ -1,10 +1,11 @@
 /* Tests of the process runner (task_service/command.c) with real processes: exit codes,
  * output through the formatter, environment, working directory, stdin, descriptor hygiene,
  * abort of process trees (trapped SIGTERM, setsid, re-parented daemons) with the grace
- * period, the lifeline when the owner is SIGKILLed, daemons that outlive the shell,
- * back-pressure, and the fallbacks for old kernels. Everything runs twice: with the keeper
- * program hvd-keeper (HVD_KEEPER, what every program and library finds beside it) and with the
- * keeper in place (HVD_KEEPER=none, a forked copy of this process).
+ * period, the lifeline when the owner is SIGKILLed, daemons that outlive the shell (or, for a
+ * rank's program, are stopped when it exits), back-pressure, and the fallbacks for old
+ * kernels. Everything runs twice: with the keeper program hvd-keeper (HVD_KEEPER, what every
+ * program and library finds beside it) and with the keeper in place (HVD_KEEPER=none, a
+ * forked copy of this process).
  *
  * Processes of a command are found by a unique marker variable in their environment
  * (HVD_TEST_MARK), so the checks see every process the command left, wherever it went. Waits
@@ -722,6 +723,55 @@ static void test_daemon_outlives_shell(void) {
     check_daemon_outlives_shell();
 }
 
+/* With end_with_program (a rank's program), the tree the program leaves is stopped as soon as
+ * the program exits, as in an abort (SIGTERM and SIGCONT, SIGKILL after the grace period),
+ * and the command ends then, with the program's code. */
+static void check_end_with_program(void) {
+    struct scene s;
+    scene_init(&s);
+    char script[sizeof tree_script + 512];
+    size_t keep = strlen(tree_script) - strlen("wait\n"); /* the tree, without waiting for it */
+    snprintf(script, sizeof script,
+             "%.*sfor f in r1 r2 r3 r4 r5; do"
+             " while [ ! -e \"$HVD_TEST_DIR/$f\" ]; do sleep 0.02; done; done\n"
+             "stopped=$(cat \"$HVD_TEST_DIR/r5\")\n" /* until it has stopped itself */
+             "while [ \"$(cut -d' ' -f3 /proc/$stopped/stat)\" != T ]; do sleep 0.02; done\n"
+             "touch \"$HVD_TEST_DIR/exiting\"; exit 5\n",
+             (int)keep, tree_script);
+    make_file(s.dir, "tree.sh", script);
+    char cmd[PATH_MAX];
+    snprintf(cmd, sizeof cmd, ". '%s/tree.sh'", s.dir);
+    const int grace_ms = 300;
+    hvd_proc_spec spec = {
+        .command = cmd, .envp = s.envp, .grace_ms = grace_ms, .end_with_program = true};
+    hvd_err err = {0};
+    hvd_proc *c = hvd_proc_start(&spec, &err);
+    CHECK_MSG(c != NULL, "start: %s", err.msg);
+    if (c) {
+        static const char *const exiting[] = {"exiting", NULL};
+        CHECK(wait_files(s.dir, exiting));
+        int64_t t0 = test_now_ms(); /* at most one poll (10 ms) after the program's exit */
+        int code = -1;
+        CHECK(hvd_proc_wait(c, WAIT_MS, &code) == 0);
+        int64_t elapsed = test_now_ms() - t0;
+        CHECK_MSG(code == 5, "exit code %d", code);
+        /* The processes that ignore SIGTERM need the SIGKILL at the grace period's end. */
+        CHECK_MSG(elapsed >= grace_ms - 20, "ended %lld ms after the program, grace %d ms",
+                  (long long)elapsed, grace_ms);
+        int left = count_marked(&s);
+        CHECK_MSG(left == 0, "%d processes left", left);
+        CHECK(file_has(s.dir, "graceful", "graceful"));
+        CHECK(file_has(s.dir, "resumed", "resumed"));
+        hvd_proc_free(c);
+    }
+    CHECK(wait_marked(&s, 0, false) == 0); /* clean up even if a check failed */
+    scene_free(&s);
+}
+
+static void test_end_with_program(void) {
+    check_end_with_program();
+}
+
 /* Output nobody reads blocks the command: the pipe is the only buffer. Reading it then
  * through the formatter uses no memory that grows with the output. */
 static void test_slow_reader(void) {
@@ -874,6 +924,7 @@ static void test_fallbacks(void) {
     test_no_descriptor_leak();
     check_abort_tree(500);
     check_daemon_outlives_shell();
+    check_end_with_program();
     test_sigchld_ignored();
     hvd_proc_force_fallbacks(0);
 }
@@ -978,6 +1029,7 @@ static void run_all(void) {
     RUN(test_owner_killed_lifeline_held);
     RUN(test_keeper_killed);
     RUN(test_daemon_outlives_shell);
+    RUN(test_end_with_program);
     RUN(test_slow_reader);
     RUN(test_free_running);
     RUN(test_sigchld_ignored);

@@ -14,6 +14,12 @@ Cases:
                killed by a signal is reported as killed (SIGKILL: 137)
   stop         a rank that never ends and ignores SIGTERM is stopped when another rank fails
                (SIGKILL after the grace period): the job ends, the rank is gone
+  escapees     a rank's descendants that left its process group (setsid) or lost their
+               parent (a double fork) live while it runs (a warm rank's stay its
+               descendants), and are stopped when it ends (SIGTERM first, SIGKILL for one
+               that ignores it), while its task service still runs (another rank of the job
+               watches): nothing of an ended rank lives on in a long-lived task service, or
+               holds the job; warm and cold (-E) ranks
   task_killed  SIGKILL of the task service: its warm interpreter and the rank forked from it
                are gone, the job fails
   function     hvd_bridge.run(fn, np=2): the pickled function (descriptors 3 and 4) runs in
@@ -223,6 +229,80 @@ sys.exit(1)
         check(not hvdtest.wait_gone(lambda: os.path.exists("/proc/%d" % pid), 10),
               "rank 0 (pid %d) still runs" % pid)
         check(time.time() - t0 < 60, "the job took %.0f s to end" % (time.time() - t0))
+
+
+ESCAPEES_SCRIPT = r"""
+import os, subprocess, sys, time
+d = os.environ["WARM_TEST_DIR"]
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def parent(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def write(name, text):
+    with open(os.path.join(d, name + ".tmp"), "w") as f:
+        f.write(text)
+    os.rename(os.path.join(d, name + ".tmp"), os.path.join(d, name))
+
+
+if os.environ["HOROVOD_RANK"] == "0":
+    # A new session (out of the rank's process group) that ends on SIGTERM, and an orphan
+    # (the shell that started it exits at once) that ignores SIGTERM: it needs the SIGKILL.
+    graceful = os.path.join(d, "graceful." + sys.argv[1])
+    leader = subprocess.Popen(["sh", "-c", "trap 'touch %s; exit 0' TERM; while :; do sleep 0.05;"
+                               " done" % graceful], start_new_session=True)
+    sh = subprocess.run(["sh", "-c", "setsid sh -c 'trap \"\" TERM; exec sleep 600' >/dev/null"
+                         " 2>&1 & echo $!"], capture_output=True, text=True, check=True)
+    orphan = int(sh.stdout)
+    time.sleep(0.3)
+    for what, pid in (("session leader", leader.pid), ("orphan", orphan)):
+        if not alive(pid):
+            sys.exit("the %s (%d) died while the rank runs" % (what, pid))
+    if sys.argv[1] == "warm" and parent(orphan) != os.getpid():  # the rank is a subreaper
+        sys.exit("the orphan's parent is %d, not the rank (%d)" % (parent(orphan), os.getpid()))
+    write("escapees", "%d %d %d" % (os.getpid(), leader.pid, orphan))
+    sys.exit(0)
+path = os.path.join(d, "escapees")
+deadline = time.time() + 60
+while not os.path.exists(path) and time.time() < deadline:
+    time.sleep(0.05)
+rank0, leader, orphan = (int(x) for x in open(path).read().split())
+deadline = time.time() + 30
+while alive(rank0) and time.time() < deadline:
+    time.sleep(0.05)
+deadline = time.time() + 20  # SIGTERM, SIGKILL 5 s later
+left = [p for p in (leader, orphan) if alive(p)]
+while left and time.time() < deadline:
+    time.sleep(0.05)
+    left = [p for p in left if alive(p)]
+if left:
+    sys.exit("rank 0 ended, but what it started still runs: %r" % left)
+if not os.path.exists(os.path.join(d, "graceful." + sys.argv[1])):
+    sys.exit("what rank 0 left was not stopped with SIGTERM first")
+print("ESCAPEES GONE", flush=True)
+"""
+
+
+def test_escapees():
+    with Case() as c:
+        script = c.file("escapees.py", ESCAPEES_SCRIPT)
+        # Warm, and cold (-E: the process runner's keeper stops what the program left; it
+        # used to wait for it, holding the job until the daemon ended).
+        for how, python in (("warm", [sys.executable]), ("cold", [sys.executable, "-E"])):
+            rc, out, err, _ = job(c, 2, python + [script, how])
+            check(rc == 0 and "ESCAPEES GONE" in out,
+                  "%s ranks: the job failed (%d):\n%s\n%s" % (how, rc, out[-2000:], err[-3000:]))
+            os.unlink(os.path.join(c.dir, "escapees"))
 
 
 def test_task_killed():

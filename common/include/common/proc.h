@@ -29,7 +29,9 @@
  * handlers run.
  *
  * The command has ENDED when the shell has exited and no descendant is left: a daemon the
- * command started keeps it running until the daemon exits. The exit code is the shell's
+ * command started keeps it running until the daemon exits; or, with end_with_program, what
+ * is left when the shell (the program) exits is stopped as in an abort (SIGTERM, SIGKILL after
+ * the grace period) and the command has ended once it is gone. The exit code is the shell's
  * status, or 128 + signal number if the shell was killed by a signal.
  *
  * Threads: start and free may be called from any thread, also concurrently for different
@@ -63,9 +65,11 @@ typedef struct hvd_proc_spec {
     int stdout_fd;           /* with pass_stdout: the command's stdout (1: this process's) */
     bool pass_stderr;        /* the same for stderr */
     int stderr_fd;
-    const int *extra_fds; /* more descriptors for the command: extra_fds[i] becomes its
-                             descriptor 3 + i (a payload to read, a result pipe to write) */
-    int n_extra_fds;      /* 0 to HVD_PROC_MAX_EXTRA_FDS */
+    const int *extra_fds;  /* more descriptors for the command: extra_fds[i] becomes its
+                              descriptor 3 + i (a payload to read, a result pipe to write) */
+    int n_extra_fds;       /* 0 to HVD_PROC_MAX_EXTRA_FDS */
+    bool end_with_program; /* what the program leaves running is stopped when it exits, not
+                              waited for (a rank: a daemon it started would hold the job) */
 
     /* Or NULL: the command runs in a UTS namespace of its own whose hostname this is (needs
      * CAP_SYS_ADMIN: root). For fake hosts of one machine (hvd-driver --local) under Open
