@@ -43,7 +43,10 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 MODELS = {  # name: (layer widths, batch rows per rank)
     "mlp-5.8M": ([784, 2048, 2048, 10], 32),
     "mlp-26k": ([64, 128, 128, 10], 32),
+    # not run by default: 98 parameter tensors of 4 KiB or less, for the cost per gradient
+    "mlp-deep": ([64] * 49 + [10], 32),
 }
+DEFAULT_MODELS = ["mlp-5.8M", "mlp-26k"]
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
@@ -243,7 +246,8 @@ def main():
     ap.add_argument("--horovod-note", default="", help="why there is no Horovod side (for the report)")
     ap.add_argument("--np", default="2,4")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                    help="of %s (default: %%(default)s)" % ", ".join(MODELS))
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
@@ -257,6 +261,9 @@ def main():
     nps = [int(x) for x in a.np.split(",") if x]
     cfg = {"models": [m for m in a.models.split(",") if m], "warmup": a.warmup, "steps": a.steps,
            "sizes": [int(x) for x in a.sizes.split(",") if x]}
+    unknown = [m for m in cfg["models"] if m not in MODELS]
+    if unknown:
+        ap.error("unknown model %s: the models are %s" % (", ".join(unknown), ", ".join(MODELS)))
     sides = ["hvd", "ddp"] + (["horovod"] if a.horovod_python else [])
     if a.sides:
         sides = [x for x in a.sides.split(",") if x]

@@ -508,6 +508,15 @@ static void test_keeper_killed(void) {
     scene_free(&s);
 }
 
+/* What a stopped tree leaves: nothing, once its TERM handler ran and the process that had
+ * stopped itself was resumed (SIGCONT). */
+static void check_tree_gone(struct scene *s) {
+    int left = count_marked(s);
+    CHECK_MSG(left == 0, "%d processes left", left);
+    CHECK(file_has(s->dir, "graceful", "graceful"));
+    CHECK(file_has(s->dir, "resumed", "resumed"));
+}
+
 /* Abort: everything is gone afterwards, TERM handlers ran, and SIGKILL came no earlier than
  * the grace period. */
 static void check_abort_tree(int grace_ms) {
@@ -532,10 +541,7 @@ static void check_abort_tree(int grace_ms) {
         CHECK_MSG(code == 143, "exit code %d", code); /* the shell, in `wait`, died of TERM */
         CHECK_MSG(elapsed >= grace_ms - 5, "ended %lld ms after abort, grace %d ms",
                   (long long)elapsed, grace_ms);
-        int left = count_marked(&s);
-        CHECK_MSG(left == 0, "%d processes left", left);
-        CHECK(file_has(s.dir, "graceful", "graceful"));
-        CHECK(file_has(s.dir, "resumed", "resumed"));
+        check_tree_gone(&s);
         hvd_proc_free(c);
     }
     CHECK(wait_marked(&s, 0, false) == 0); /* clean up even if a check failed */
@@ -758,10 +764,7 @@ static void check_end_with_program(void) {
         /* The processes that ignore SIGTERM need the SIGKILL at the grace period's end. */
         CHECK_MSG(elapsed >= grace_ms - 20, "ended %lld ms after the program, grace %d ms",
                   (long long)elapsed, grace_ms);
-        int left = count_marked(&s);
-        CHECK_MSG(left == 0, "%d processes left", left);
-        CHECK(file_has(s.dir, "graceful", "graceful"));
-        CHECK(file_has(s.dir, "resumed", "resumed"));
+        check_tree_gone(&s);
         hvd_proc_free(c);
     }
     CHECK(wait_marked(&s, 0, false) == 0); /* clean up even if a check failed */

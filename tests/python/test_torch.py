@@ -7,7 +7,8 @@ hvd-rsh, hvd-exec; label python, torch):
                      in place and non-contiguous tensors; prescale/postscale; objects;
                      barrier and join (all at once); gradients of allreduce and allgather
   mismatch           rank 1 sends another shape under the same name: every rank gets a
-                     HorovodInternalError saying so, and the runtime keeps working
+                     HorovodInternalError saying so, from allreduce and from
+                     DistributedOptimizer.step(), and the runtime keeps working
   training_parity    an MLP on scikit-learn's bundled digits with DistributedOptimizer on 1,
                      2 and 4 ranks at the same global batch: the final parameters are equal
                      within float tolerance, and the test accuracy is at least 0.95
@@ -85,10 +86,12 @@ def test_collectives_4():
 def test_mismatch():
     import torch_cases
     out = job(torch_cases.mismatch, 3)
-    for r, (err, ok) in enumerate(out):
+    for r, (err, opt_err, ok) in enumerate(out):
         check(err.startswith("HorovodInternalError") and "mismatched" in err and
               ("shape" in err or "count" in err or "element" in err),
               "rank %d: %s" % (r, err))
+        check(opt_err.startswith("HorovodInternalError") and "allreduce.weight" in opt_err,
+              "rank %d, DistributedOptimizer.step(): %s" % (r, opt_err))
         check(ok, "rank %d: the runtime works after the failed collective" % r)
 
 

@@ -186,10 +186,23 @@ def mismatch():
         out = "no error"
     except hvd.HorovodInternalError as e:
         out = "HorovodInternalError: %s" % e
+    # The same through DistributedOptimizer (its weight has another shape on rank 1, its bias
+    # the same): step() raises it, after waiting for every handle (zero_grad would refuse a
+    # pending one).
+    model = torch.nn.Linear(2 if hvd.rank() != 1 else 3, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    model(torch.ones(1, model.in_features)).sum().backward()
+    try:
+        opt.step()
+        opt_out = "no error"
+    except hvd.HorovodInternalError as e:
+        opt_out = "HorovodInternalError: %s" % e
+    opt.zero_grad()
     # The runtime still works afterwards.
     ok = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after").item() == hvd.size()
     hvd.shutdown()
-    return out, ok
+    return out, opt_out, ok
 
 
 def digits_data():

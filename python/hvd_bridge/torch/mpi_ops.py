@@ -209,12 +209,12 @@ def _dtype(t):
 
 
 def _device(t):
+    if t.is_cpu:
+        return _rt.DEVICE_CPU
     if t.is_cuda:
         torch.cuda.current_stream(t.device).synchronize()  # the data must be ready
         return t.device.index
-    if t.device.type != "cpu":
-        raise ValueError("tensors on %s are not supported" % t.device)
-    return _rt.DEVICE_CPU
+    raise ValueError("tensors on %s are not supported" % t.device)
 
 
 def _contiguous(t):
@@ -318,6 +318,13 @@ def _allreduce_submit(tensor, output, name, op, prescale_factor, postscale_facto
     h = _rt.allreduce_async(name, t.data_ptr(), out.data_ptr(), t.numel(), _dtype(t), _rt_op(op),
                             float(prescale_factor), float(postscale_factor), _device(t))
     return h, t, out
+
+
+def _allreduce_in_place(t, name, op, prescale_factor, postscale_factor):
+    """The runtime's handle of an in-place allreduce of contiguous t (name complete, op and
+    factors checked by the caller): DistributedOptimizer's path for its gradients."""
+    return _rt.allreduce_async(name, t.data_ptr(), t.data_ptr(), t.numel(), _dtype(t), _rt_op(op),
+                               prescale_factor, postscale_factor, _device(t))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,

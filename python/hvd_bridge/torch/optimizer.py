@@ -21,6 +21,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
+        self._pre, self._post = (float(x) for x in self._scale())
+        # Uncompressed gradients go to the runtime directly (_Direct).
+        self._direct = compression is Compression.none
         self._sparse_as_dense = sparse_as_dense
         self._passes = backward_passes_per_step
         params = [p for g in self.param_groups for p in g["params"]]
@@ -44,6 +47,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._names = {id(p): "allreduce.noname.%d.%d" % (i, j)
                            for i, g in enumerate(self.param_groups)
                            for j, p in enumerate(g["params"])}
+        self._rt_names = {k: mpi_ops._name("allreduce", n) for k, n in self._names.items()}
         self._groups = self._make_groups(groups, params)
         self._delay = {id(p): self._passes for p in params}
         self._handles = {}  # id(p) or group index -> (handle, p or group, ctx)
@@ -128,20 +132,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return p.grad
 
     def _submit(self, p):
+        """The allreduce of p's gradient: (handle, p, (compressed, ctx)), where handle is
+        mpi_ops' or, for an uncompressed contiguous gradient, _Direct's."""
         grad = self._grad(p)
+        if self._direct and grad.is_contiguous():
+            return _Direct(grad, self._rt_names[id(p)], self._op, self._pre, self._post), p, \
+                (grad, None)
         compressed, ctx = self._compression.compress(grad)
-        pre, post = self._scale()
         h = allreduce_async_(compressed, name=self._names[id(p)], op=self._op,
-                             prescale_factor=pre, postscale_factor=post)
+                             prescale_factor=self._pre, postscale_factor=self._post)
         return h, p, (compressed, ctx)
 
     def _submit_group(self, gi):
         members = self._group_lists[gi]
-        pre, post = self._scale()
         comp = [self._compression.compress(self._grad(p)) for p in members]
         h = mpi_ops.grouped_allreduce_async_([c for c, _ in comp],
                                              name=self._names[id(members[0])], op=self._op,
-                                             prescale_factor=pre, postscale_factor=post)
+                                             prescale_factor=self._pre,
+                                             postscale_factor=self._post)
         for p in members:
             self._handles.pop(id(p), None)
         self._handles[("group", gi)] = (h, members, comp)
@@ -163,8 +171,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 continue
             if entry is None or entry[0] is None:
                 self._handles[key] = self._submit(p)
+        error = None
         for key, (h, target, ctx) in list(self._handles.items()):
-            synchronize(h)
+            try:  # every handle, even after a failure: each must be released
+                _wait(h)
+            except mpi_ops.HorovodInternalError as e:
+                error = error or e
+                continue
             if isinstance(key, tuple):
                 for p, (compressed, c) in zip(target, ctx):
                     self._put(p, compressed, c)
@@ -174,6 +187,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._put(target, compressed, c)
                 self._delay[key] = self._passes
         self._handles.clear()
+        if error is not None:
+            raise error
         self._synchronized = True
 
     def _put(self, p, compressed, ctx):
@@ -223,6 +238,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self.set_backward_passes_per_step(self._passes)
         return super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+
+class _Direct:
+    """An in-place allreduce of a contiguous gradient submitted to the runtime as it is, without
+    the checks and the handle table of allreduce_async_: the hook runs once per parameter and
+    step, and this saves about 5 µs of each (docs/torch.md, "How DistributedOptimizer overlaps
+    communication with backward")."""
+
+    __slots__ = ("rt_handle", "grad")
+
+    def __init__(self, grad, name, op, pre, post):
+        self.grad = grad  # alive until waited for
+        self.rt_handle = mpi_ops._allreduce_in_place(grad, name, op, pre, post)
+
+
+def _wait(h):
+    if isinstance(h, _Direct):
+        mpi_ops._rt.wait(h.rt_handle)
+    else:
+        synchronize(h)
 
 
 def _elastic():
