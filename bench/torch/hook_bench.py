@@ -61,13 +61,14 @@ def main():
     def wait_each(wait):
         return lambda handles: [wait(h) for h in handles]
 
-    dtype = {torch.float32: 6}[grads[0].dtype]  # the runtime's HVD_FLOAT32
+    from hvd_bridge.torch import mpi_ops
+    dtype, op = mpi_ops._DTYPES[grads[0].dtype], mpi_ops._RT_OP[hvd.Average]
     rows = [
         ("hook", rounds_of(lambda i, t: opt._hook(params[i]), synchronize, grads, a.rounds)),
         ("allreduce_async_", rounds_of(lambda i, t: hvd.allreduce_async_(t, name="b%d" % i),
                                        wait_each(hvd.synchronize), grads, a.rounds)),
         ("runtime", rounds_of(lambda i, t: rt.allreduce_async(
-            "c%d" % i, t.data_ptr(), t.data_ptr(), t.numel(), dtype, 1, 1.0, 1.0, rt.DEVICE_CPU),
+            "c%d" % i, t.data_ptr(), t.data_ptr(), t.numel(), dtype, op, 1.0, 1.0, rt.DEVICE_CPU),
             wait_each(rt.wait), grads, a.rounds)),
     ]
     hvd.shutdown()

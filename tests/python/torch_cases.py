@@ -186,19 +186,25 @@ def mismatch():
         out = "no error"
     except hvd.HorovodInternalError as e:
         out = "HorovodInternalError: %s" % e
-    # The same through DistributedOptimizer (its weight has another shape on rank 1, its bias
-    # the same): step() raises it, after waiting for every handle (zero_grad would refuse a
-    # pending one).
+    # The same through DistributedOptimizer, two passes per step (its weight has another shape
+    # on rank 1, its bias the same, with the gradient 2 (rank + 1)): each of two steps raises
+    # it, after the bias's allreduce has completed (its average, size + 1, is in place) and
+    # with nothing left pending (zero_grad would refuse, and a third pass would be refused).
     model = torch.nn.Linear(2 if hvd.rank() != 1 else 3, 1)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
-    model(torch.ones(1, model.in_features)).sum().backward()
-    try:
-        opt.step()
-        opt_out = "no error"
-    except hvd.HorovodInternalError as e:
-        opt_out = "HorovodInternalError: %s" % e
-    opt.zero_grad()
+                                   named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=2)
+    opt_out = []
+    for _ in range(2):
+        for _ in range(2):
+            (model(torch.ones(1, model.in_features)).sum() * (hvd.rank() + 1)).backward()
+        try:
+            opt.step()
+            opt_out.append("no error")
+        except hvd.HorovodInternalError as e:
+            opt_out.append("HorovodInternalError: %s" % e)
+        opt_out.append("bias gradient %s" % model.bias.grad.item())
+        opt.zero_grad()
     # The runtime still works afterwards.
     ok = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after").item() == hvd.size()
     hvd.shutdown()

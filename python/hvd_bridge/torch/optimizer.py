@@ -107,6 +107,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._delay[key] > 0:
             self._handles[key] = (None, p, None)
             return
+        try:
+            self._submit_ready(key, p)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _submit_ready(self, key, p):
+        """Submits p's gradient, or its group's once the group is complete."""
         if self._groups is None:
             self._handles[key] = self._submit(p)
             return
@@ -159,7 +167,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Submits what the hooks have not (unused parameters, gradients still accumulating),
-        waits for every allreduce and puts the averaged gradients in place."""
+        waits for every allreduce and puts the averaged gradients in place. If one fails, it
+        still waits for the others, then raises the first error, with nothing left pending."""
+        try:
+            self._submit_rest()
+        except BaseException:
+            self._abandon()
+            raise
+        error = None
+        for key, (h, target, ctx) in list(self._handles.items()):
+            try:  # every handle, even after a failure: each must be released
+                _wait(h)
+                if isinstance(key, tuple):
+                    for p, (compressed, c) in zip(target, ctx):
+                        self._put(p, compressed, c)
+                else:
+                    self._put(target, *ctx)
+            except Exception as e:
+                error = error or e
+        self._handles.clear()
+        self._reset_passes()
+        if error is not None:
+            raise error
+        self._synchronized = True
+
+    def _submit_rest(self):
         params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         for p in params:
             key = id(p)
@@ -171,25 +203,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 continue
             if entry is None or entry[0] is None:
                 self._handles[key] = self._submit(p)
-        error = None
-        for key, (h, target, ctx) in list(self._handles.items()):
-            try:  # every handle, even after a failure: each must be released
-                _wait(h)
-            except mpi_ops.HorovodInternalError as e:
-                error = error or e
-                continue
-            if isinstance(key, tuple):
-                for p, (compressed, c) in zip(target, ctx):
-                    self._put(p, compressed, c)
-                    self._delay[id(p)] = self._passes
-            else:
-                compressed, c = ctx
-                self._put(target, compressed, c)
-                self._delay[key] = self._passes
+
+    def _abandon(self):
+        """After a failed submission: waits for what was submitted (the runtime writes into
+        those gradients) and forgets everything pending, so the next backward starts afresh."""
+        for h, _, _ in self._handles.values():
+            if h is not None:
+                try:
+                    _wait(h)
+                except Exception:
+                    pass
         self._handles.clear()
-        if error is not None:
-            raise error
-        self._synchronized = True
+        self._reset_passes()
+
+    def _reset_passes(self):
+        """The next step accumulates backward_passes_per_step passes again."""
+        self._group_ready.clear()
+        for k in self._delay:
+            self._delay[k] = self._passes
 
     def _put(self, p, compressed, ctx):
         out = self._compression.decompress(compressed, ctx)
@@ -230,8 +261,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def set_backward_passes_per_step(self, passes):
         self._passes = passes
-        for k in self._delay:
-            self._delay[k] = passes
+        self._reset_passes()
 
     def load_state_dict(self, *args, **kwargs):
         self._handles.clear()
