@@ -27,14 +27,12 @@
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/io.h"
+#include "common/num.h"
 
 extern char **environ;
 
 /* While killing: how often the keeper re-walks /proc for processes forked in the meantime. */
 #define KILL_REWALK_MS 50
-
-/* Bound on /proc walk passes (a pass finds one more level of the tree, in the worst case). */
-#define WALK_MAX_PASSES 64
 
 static int exit_code_of(int status) {
     if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -77,17 +75,6 @@ static void child_report(int fd, const char *what, const char *arg, int e) {
     (void)hvd_write_all(fd, "\n", 1);
 }
 
-/* Parses a decimal process id or descriptor number; -1 if s is not one. */
-static long parse_num(const char *s) {
-    long v = 0;
-    if (!*s) return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9' || v > 0x7fffffff / 10) return -1;
-        v = v * 10 + (*s - '0');
-    }
-    return v;
-}
-
 /* Closes every descriptor >= lowfd. */
 static void close_from(int lowfd, int fallbacks) {
 #ifdef SYS_close_range
@@ -101,7 +88,7 @@ static void close_from(int lowfd, int fallbacks) {
             for (long off = 0; off < n;) {
                 struct dirent64 *d = (struct dirent64 *)(void *)(buf + off);
                 off += d->d_reclen;
-                long fd = parse_num(d->d_name);
+                long fd = hvd_parse_digits(d->d_name);
                 if (fd >= lowfd && fd != dir) close((int)fd);
             }
         }
@@ -114,98 +101,6 @@ static void close_from(int lowfd, int fallbacks) {
     if (max > (1L << 20)) max = 1L << 20;
     for (long fd = lowfd; fd < max; fd++)
         close((int)fd);
-}
-
-/* Reads the parent pid and state letter of process `name` (a /proc entry) through the
- * /proc directory descriptor. Returns 0, or -1 if the process is gone. */
-static int read_stat(int proc, const char *name, pid_t *ppid, char *state) {
-    char path[32];
-    size_t n = str_len(name);
-    if (n > sizeof path - 6) return -1;
-    for (size_t i = 0; i < n; i++)
-        path[i] = name[i];
-    const char *tail = "/stat";
-    for (size_t i = 0; i <= 5; i++)
-        path[n + i] = tail[i];
-    int fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    char buf[512];
-    ssize_t len;
-    do {
-        len = read(fd, buf, sizeof buf - 1);
-    } while (len < 0 && errno == EINTR);
-    close(fd);
-    if (len <= 0) return -1;
-    /* "pid (comm) S ppid ...": comm may contain anything, so look for the last ')'. */
-    ssize_t r = len - 1;
-    while (r >= 0 && buf[r] != ')')
-        r--;
-    if (r < 0 || r + 4 >= len) return -1;
-    *state = buf[r + 2];
-    long v = 0;
-    for (ssize_t i = r + 4; i < len && buf[i] >= '0' && buf[i] <= '9'; i++)
-        v = v * 10 + (buf[i] - '0');
-    *ppid = (pid_t)v;
-    return 0;
-}
-
-static int is_tracked(const struct keeper *k, pid_t pid) {
-    for (size_t i = 0; i < k->n_tracked; i++)
-        if (k->tracked[i] == pid) return 1;
-    return 0;
-}
-
-/* Sends sig to pid, which a /proc read just showed to be a descendant. With a pidfd, the
- * process is pinned first and re-checked, so a recycled pid is never signalled. */
-static void signal_descendant(struct keeper *k, int proc, const char *name, pid_t pid, int sig) {
-    if (!k->fallbacks) {
-        int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (pfd >= 0) {
-            pid_t ppid;
-            char state;
-            if (read_stat(proc, name, &ppid, &state) == 0 && is_tracked(k, ppid))
-                syscall(SYS_pidfd_send_signal, pfd, sig, NULL, 0);
-            close(pfd);
-            return;
-        }
-        if (errno == ESRCH) return;
-    }
-    kill(pid, sig);
-}
-
-/* Sends sig to every live descendant of the keeper: scans /proc for processes whose parent is
- * the keeper or an already found descendant, until a pass finds no new one. Returns how many
- * processes were signalled. */
-static int signal_tree(struct keeper *k, int sig) {
-    int signalled = 0;
-    k->tracked[0] = k->self;
-    k->n_tracked = 1;
-    for (int pass = 0; pass < WALK_MAX_PASSES; pass++) {
-        int found = 0;
-        int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (proc < 0) return signalled;
-        long n;
-        while ((n = syscall(SYS_getdents64, proc, k->dents, sizeof k->dents)) > 0) {
-            for (long off = 0; off < n;) {
-                struct dirent64 *d = (struct dirent64 *)(void *)(k->dents + off);
-                off += d->d_reclen;
-                long pid = parse_num(d->d_name);
-                pid_t ppid;
-                char state;
-                if (pid <= 0 || is_tracked(k, (pid_t)pid)) continue;
-                if (read_stat(proc, d->d_name, &ppid, &state) != 0 || !is_tracked(k, ppid))
-                    continue;
-                if (k->n_tracked < KEEPER_MAX_TRACKED) k->tracked[k->n_tracked++] = (pid_t)pid;
-                found = 1;
-                if (state == 'Z' || state == 'X') continue; /* dead, waiting to be reaped */
-                signal_descendant(k, proc, d->d_name, (pid_t)pid, sig);
-                signalled++;
-            }
-        }
-        close(proc);
-        if (!found) break;
-    }
-    return signalled;
 }
 
 static void send_msg(int fd, int tag, int value, int err) {
@@ -349,6 +244,8 @@ static int keeper_settle(struct keeper *k) {
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     prctl(PR_SET_NAME, "hvd-keeper"); /* for ps/top (in place, argv still shows the owner's) */
     k->self = getpid();
+    k->tree.root = k->self;
+    k->tree.fallbacks = k->fallbacks;
 
     sigset_t watched;
     sigemptyset(&watched);
@@ -461,8 +358,8 @@ static void keeper_terminate(struct keeper *k, struct keeper_state *ks, int grac
         kill(-k->shell, SIGTERM);
         kill(-k->shell, SIGCONT);
     }
-    signal_tree(k, SIGTERM);
-    signal_tree(k, SIGCONT);
+    hvd_proctree_signal(&k->tree, SIGTERM);
+    hvd_proctree_signal(&k->tree, SIGCONT);
 }
 
 void hvd_keeper_run(struct keeper *k) {
@@ -479,7 +376,7 @@ void hvd_keeper_run(struct keeper *k) {
         if (ks.state == K_KILLING) {
             /* The child's pid, and so its group id, stays ours until we reap it. */
             if (!ks.shell_done) kill(-k->shell, SIGKILL);
-            signal_tree(k, SIGKILL);
+            hvd_proctree_signal(&k->tree, SIGKILL);
         }
         int grace = keeper_wait(k, &ks);
         if (grace >= 0 && ks.state == K_RUNNING)
@@ -601,12 +498,12 @@ static char **read_env(int fd) {
 
 /* A whole decimal number in [0, max]; -1 if s is not one. */
 static long arg_num(const char *s, long max) {
-    long v = parse_num(s);
+    long v = hvd_parse_digits(s);
     return v > max ? -1 : v;
 }
 
 int hvd_keeper_parse_argv(struct keeper *k, int argc, char **argv, char *why, size_t why_len) {
-    memset(k, 0, offsetof(struct keeper, tracked));
+    memset(k, 0, offsetof(struct keeper, tree));
     k->owner = -1;
     k->grace_ms = -1;
     k->n_extra = -1;

@@ -24,10 +24,7 @@
 #include <sys/types.h>
 
 #include "common/proc.h"
-
-/* Descendants the keeper tracks during one /proc walk. Beyond this it still signals what it
- * finds, and later rounds pick up the rest as their parents die and they are re-parented. */
-#define KEEPER_MAX_TRACKED 8192
+#include "common/proctree.h"
 
 /* Control socket messages (SOCK_SEQPACKET, one struct per packet). */
 enum {
@@ -88,9 +85,7 @@ struct keeper {
     char **program_argv; /* its arguments (hvd_keeper_argv) */
     pid_t self;          /* the keeper's own pid */
     pid_t shell;         /* the command child's pid */
-    size_t n_tracked;    /* used entries of tracked[] */
-    pid_t tracked[KEEPER_MAX_TRACKED]; /* the keeper and its descendants found so far */
-    _Alignas(8) char dents[8192];      /* getdents64 buffer */
+    hvd_proctree tree;   /* the walk over the keeper's descendants (root: self) */
 };
 
 /* In the owner's forked child: becomes the keeper, exec'd or in place. Never returns. */

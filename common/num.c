@@ -23,3 +23,13 @@ int hvd_parse_int(const char *text, int min, int max, const char *what, int *out
     *out = (int)v;
     return 0;
 }
+
+long hvd_parse_digits(const char *s) {
+    long v = 0;
+    if (!*s) return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > 0x7fffffff / 10) return -1;
+        v = v * 10 + (*s - '0');
+    }
+    return v;
+}

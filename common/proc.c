@@ -281,7 +281,7 @@ static const char *keeper_program(char *out, size_t cap) {
  * its arguments. Returns 0, or -1 when out of memory. */
 static int keeper_prepare(struct keeper *k, const hvd_proc_spec *spec, char *path,
                           const channels *ch, int fallbacks, const char *program) {
-    memset(k, 0, offsetof(struct keeper, tracked));
+    memset(k, 0, offsetof(struct keeper, tree));
     if (spec->command) {
         k->sh_argv[0] = "sh";
         k->sh_argv[1] = "-c";

@@ -18,13 +18,16 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/buf.h"
 #include "common/env.h"
 #include "common/io.h"
+#include "common/clock.h"
 #include "common/proc.h"
+#include "common/proctree.h"
 #include "common/sig.h"
 #include "common/strv.h"
 #include "hvd/defaults.h"
@@ -46,7 +49,8 @@ static const char USAGE[] =
     "    what it leaves running is stopped when it exits (SIGTERM, SIGKILL 5 s later; a warm\n"
     "    Python rank: the task service's grace period);\n"
     "  a shared object: loaded from memory (the executor needs no copy of the file) and its\n"
-    "    hvd_entry_fn called (include/hvd/entry.h).\n"
+    "    hvd_entry_fn called (include/hvd/entry.h); what it leaves running is stopped the\n"
+    "    same way once it returns and the rank has reported.\n"
     "The rank's status, result bytes and error text are reported to the driver and to the\n"
     "rank's task service. hvd-exec dies with its parent.\n"
     "\n"
@@ -584,6 +588,38 @@ static void report(const rank_info *ri, int status, bool stopped, const uint8_t 
     hvd_client_close(task);
 }
 
+/* ---- What a shared object leaves running ---------------------------------------------------- */
+
+/* A shared object's entry point runs in this process, which is its children's child subreaper
+ * (run_entry): what it started and left running (a background child, a setsid daemon, a
+ * double-forked process) is re-parented here, not to init. Its output is the rank's, so it
+ * would hold orted, and the job, until it ended by itself. */
+static hvd_proctree leftovers; /* one walk at a time: main, or the stop watcher (claimed) */
+
+#define LEFTOVER_POLL_MS 20
+
+/* Reaps what has ended; returns whether a descendant still lives (a walk with signal 0). */
+static bool leftovers_alive(void) {
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    return hvd_proctree_signal(&leftovers, 0) > 0;
+}
+
+/* Stops what the entry point left running, as a program's keeper does when its program exits:
+ * SIGTERM (and SIGCONT), SIGKILL after the grace period, until nothing is left. */
+static void stop_leftovers(void) {
+    leftovers.root = getpid();
+    if (!leftovers_alive()) return;
+    (void)hvd_proctree_signal(&leftovers, SIGTERM);
+    (void)hvd_proctree_signal(&leftovers, SIGCONT);
+    int64_t deadline = hvd_now_ms() + HVD_PROC_DEFAULT_GRACE_MS;
+    const struct timespec poll_ts = {0, LEFTOVER_POLL_MS * 1000000L};
+    while (leftovers_alive()) {
+        if (hvd_now_ms() >= deadline) (void)hvd_proctree_signal(&leftovers, SIGKILL);
+        nanosleep(&poll_ts, NULL);
+    }
+}
+
 /* ---- A shared object stopped from outside -------------------------------------------------- */
 
 /* A shared object runs on the main thread and cannot be interrupted: a signal (orted's
@@ -620,6 +656,10 @@ static void *stop_watch_main(void *arg) {
         prctl(PR_SET_PDEATHSIG, 0);
         alarm(STOP_REPORT_MAX_S);
         fprintf(stderr, "hvd-exec: rank %d: %s\n", w->ri->rank, error);
+        /* What the entry point started goes with it (what ignores this, the keeper of orted's
+         * command stops when the job ends). */
+        leftovers.root = getpid();
+        (void)hvd_proctree_signal(&leftovers, SIGTERM);
         report(w->ri, 128 + sig, stop, NULL, 0, error);
         _exit(128 + sig);
     }
@@ -728,6 +768,7 @@ static int run_entry(const rank_info *ri, const hvd_code_msg *code, int sig_fd, 
     if ((code->kind == HVD_CODE_ARGV || code->kind == HVD_CODE_ARGV_IO) && code->argv.n > 0) {
         if (run_program(ri, code, sig_fd, &status, stopped, res) != 0) status = 127;
     } else if (code->kind == HVD_CODE_SHARED_OBJECT && code->symbol) {
+        (void)prctl(PR_SET_CHILD_SUBREAPER, 1); /* what it leaves is ours to stop */
         stop_watch w;
         stop_watch_start(&w, ri, sig_fd);
         if (run_object(ri, code, &status, res) != 0) status = 127;
@@ -779,6 +820,7 @@ int main(int argc, char **argv) {
     bool reset = elastic && status == HVD_ELASTIC_EXIT_RESET;
     if (status != 0 && !reset) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
     report(&ri, status, stopped, res.data, res.len, res.error);
+    if (code.kind == HVD_CODE_SHARED_OBJECT) stop_leftovers();
     if (elastic && !reset && !stopped && status > 0 && status < 128) {
         /* Let the ranks failing alike report too before mpirun aborts them. */
         struct timespec ts = {HVD_ELASTIC_FAIL_LINGER_MS / 1000,

@@ -3,29 +3,41 @@
  * other rank sleep S seconds in the entry ("sleep=S:R": only rank R); while a rank sleeps, and once
  * it returns, it says so in $HVD_E2E_DIR/state.<rank> ("sleeping", then "done") when that variable
  * is set (the fault-injection tests watch these files). "die_after=R" makes rank R SIGKILL itself
- * as its process exits, after hvd-exec reported its result (a rank lost while finishing). */
+ * as its process exits, after hvd-exec reported its result (a rank lost while finishing).
+ * "leave=S" makes every rank leave a process behind before it returns: a double-forked
+ * `sleep S` in a session of its own, holding the rank's output and its process mark (its pid in
+ * $HVD_E2E_DIR/left.<rank> when that variable is set); odd ranks' ignores SIGTERM. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hvd/entry.h"
 #include "probe.h"
 
 int probe_entry(const hvd_entry_ctx *ctx, hvd_entry_result *out);
 
-static void probe_state(int rank, const char *state) {
+/* Writes text to $HVD_E2E_DIR/<name> (atomically), when that variable is set. */
+static void probe_write(const char *name, const char *text) {
     const char *dir = getenv("HVD_E2E_DIR");
     if (!dir || !*dir) return;
     char path[512], tmp[520];
-    snprintf(path, sizeof path, "%s/state.%d", dir, rank);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    fputs(state, f);
+    fputs(text, f);
     fclose(f);
     rename(tmp, path);
+}
+
+static void probe_state(int rank, const char *state) {
+    char name[32];
+    snprintf(name, sizeof name, "state.%d", rank);
+    probe_write(name, state);
 }
 
 /* "sleep=S" or "sleep=S:R": sleeps S seconds (on rank R only, if given). */
@@ -40,6 +52,33 @@ static void probe_sleep(const char *arg, int rank) {
     struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
     while (nanosleep(&ts, &ts) != 0) {
     }
+}
+
+/* "leave=S": `sleep S` as a grandchild in its own session (on odd ranks deaf to SIGTERM); the
+ * rank does not wait for it. */
+static void probe_leave(const char *arg, int rank) {
+    const char *s = strstr(arg, "leave=");
+    if (!s) return;
+    unsigned secs = (unsigned)atoi(s + 6);
+    pid_t child = fork();
+    if (child != 0) {
+        if (child > 0) (void)waitpid(child, NULL, 0);
+        return;
+    }
+    setsid();
+    pid_t left = fork();
+    if (left == 0) {
+        char text[16];
+        snprintf(text, sizeof text, "%u", secs);
+        if (rank % 2) signal(SIGTERM, SIG_IGN); /* kept across exec */
+        execlp("sleep", "sleep", text, (char *)NULL);
+        _exit(127);
+    }
+    char pid[32], name[32];
+    snprintf(pid, sizeof pid, "%d", (int)left);
+    snprintf(name, sizeof name, "left.%d", rank);
+    probe_write(name, pid);
+    _exit(0);
 }
 
 static void probe_die(void) {
@@ -57,6 +96,7 @@ int probe_entry(const hvd_entry_ctx *ctx, hvd_entry_result *out) {
         return 3;
     }
     probe_sleep(arg, ctx->rank);
+    probe_leave(arg, ctx->rank);
     const char *die = strstr(arg, "die_after=");
     if (die && atoi(die + 10) == ctx->rank) atexit(probe_die);
     int depth;

@@ -242,6 +242,33 @@ def test_failing_rank():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_object_leaves_process():
+    """A shared-object entry point that leaves a process running (probe leave=100: a
+    double-forked `sleep 100` in a session of its own, holding the rank's output; odd ranks'
+    ignores SIGTERM) does not hold the job: the rank, that process's subreaper, stops it once it
+    has reported, as a program's keeper does (SIGTERM, SIGKILL after 5 s), and the job ends
+    with every result. Without that, the MPI daemon waits for the rank's output to close: 100 s."""
+    needs_fake_hostnames(2)
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "results.json")
+        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--results-json", out, *mpi_opts(),
+                                    "--entry", ARGS.probe_lib + ":probe_entry", "--entry-arg", "leave=100"),
+                             hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d), cwd=d, timeout=200)
+        check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        local_job_checks(4, 2, load_results(out))
+        left = []
+        for r in range(4):
+            with open(os.path.join(d, "left.%d" % r)) as f:
+                left.append(int(f.read()))
+        check(dt < 50, "the job ended %.1f s after its start, held by what its ranks left" % dt)
+        check(dt > 4.5, "the job ended %.1f s after its start: before the 5 s grace period of the "
+              "processes that ignore SIGTERM" % dt)
+        alive = [p for p in left if os.path.exists("/proc/%d" % p)]
+        check(not alive, "the processes the ranks left are gone: %s still run" % alive)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_killed_after_result():
     """A rank killed after it reported its result, as its process exits (probe die_after=2; it
     sleeps 1 s first, so that the other ranks have reported when mpirun aborts the job):

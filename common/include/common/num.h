@@ -12,4 +12,8 @@ int hvd_parse_long(const char *text, long min, long max, const char *what, long 
 /* The same for an int. */
 int hvd_parse_int(const char *text, int min, int max, const char *what, int *out, hvd_err *err);
 
+/* A whole unsigned decimal number up to INT_MAX, with no library call (async-signal-safe: for
+ * /proc entries and descriptor names in a forked child); -1 if s is not one. */
+long hvd_parse_digits(const char *s);
+
 #endif
