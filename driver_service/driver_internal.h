@@ -176,6 +176,7 @@ void drv_reg_put_result(drv_registry *r, hvd_result_msg *m);
 typedef struct drv_event {
     uint64_t seq;   /* drv_registry.seq */
     uint32_t agent; /* the process id of the agent it is about; 0: none */
+    bool launch;    /* the launch itself stalled (hvd_driver_launch_failed), not an agent */
     bool weak;      /* maybe only an echo of something else: an agent's death (mpirun kills
                        its agents when it gives up), orted's exit status (it exits 1 when
                        mpirun is stopped while it starts): named only when nothing else

@@ -49,19 +49,26 @@ static const char *daemon_of(const hvd_driver *d) {
 
 /* ---- Events ------------------------------------------------------------------------------ */
 
-/* Records an event (d->mu held). The first DRV_EVENTS_MAX are kept. */
-static void add_event(hvd_driver *d, uint32_t agent, bool weak, const char *fmt, ...)
+/* Records an event (d->mu held) and returns it; the first DRV_EVENTS_MAX are kept (NULL
+ * beyond). */
+static drv_event *add_event(hvd_driver *d, uint32_t agent, bool weak, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void add_event(hvd_driver *d, uint32_t agent, bool weak, const char *fmt, ...) {
-    if (d->nevents >= DRV_EVENTS_MAX) return;
+static drv_event *add_event(hvd_driver *d, uint32_t agent, bool weak, const char *fmt, ...) {
+    if (d->nevents >= DRV_EVENTS_MAX) return NULL;
     drv_event *e = &d->events[d->nevents++];
-    e->seq = ++d->reg.seq;
-    e->agent = agent;
-    e->weak = weak;
+    *e = (drv_event){.seq = ++d->reg.seq, .agent = agent, .weak = weak};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->text, sizeof e->text, fmt, ap);
     va_end(ap);
+    return e;
+}
+
+void hvd_driver_launch_failed(hvd_driver *d, const char *text) {
+    pthread_mutex_lock(&d->mu);
+    drv_event *e = add_event(d, 0, false, "%s", text);
+    if (e) e->launch = true;
+    pthread_mutex_unlock(&d->mu);
 }
 
 /* Forgets the "went away" events of an agent that turned out to be alive (its report came on
@@ -480,7 +487,7 @@ hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, siz
     for (size_t i = 0; i < d->nevents; i++)
         if (!d->events[i].weak && d->events[i].seq < best) {
             best = d->events[i].seq;
-            kind = HVD_FAILURE_AGENT;
+            kind = d->events[i].launch ? HVD_FAILURE_LAUNCH : HVD_FAILURE_AGENT;
             snprintf(buf, cap, "%s", d->events[i].text);
         }
     if (kind == HVD_FAILURE_NONE && missing_agent(d, buf, cap)) kind = HVD_FAILURE_AGENT;

@@ -537,8 +537,28 @@ out:
 }
 
 /* Waits for mpirun, stopping it on timeout or *stop. */
-static void wait_mpirun(hvd_proc *p, const hvd_launch_config *cfg, hvd_launch_outcome *out) {
+/* Whether every rank has started (hvd-exec told the driver where it runs) by now, the start
+ * timeout after mpirun's start; if not, records why the launch failed. A launcher whose daemons
+ * came up but never started the ranks (PRRTE 3.0, Open MPI 5's, did so in about 2% of launches
+ * here: docs/launcher.md) would otherwise hold the job until --timeout, or forever. */
+static bool ranks_on_time(hvd_driver *d, const hvd_launch_config *cfg, int start_ms) {
+    size_t np, started = hvd_driver_ranks_started(d, &np);
+    if (started >= np) return true;
+    char why[HVD_ERR_MAX];
+    snprintf(why, sizeof why,
+             "%zu of %zu ranks had started %d s after mpirun began (the start timeout): mpirun "
+             "or its daemons stalled before starting the rest, so mpirun was stopped (a start "
+             "that is only slow needs a longer one: --start-timeout, start_timeout=)",
+             started, np, (start_ms + 999) / 1000);
+    launch_log(cfg, "%s", why);
+    hvd_driver_launch_failed(d, why);
+    return false;
+}
+
+static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg, int start_ms,
+                        hvd_launch_outcome *out) {
     int64_t deadline = cfg->timeout_s > 0 ? hvd_now_ms() + (int64_t)cfg->timeout_s * 1000 : -1;
+    int64_t start_deadline = hvd_now_ms() + start_ms; /* -1 once every rank has started */
     int code = 255;
     bool urgent = false; /* the kill delay was cut short */
     for (;;) {
@@ -546,6 +566,13 @@ static void wait_mpirun(hvd_proc *p, const hvd_launch_config *cfg, hvd_launch_ou
         if (r <= 0) {
             if (r < 0) code = 255; /* reaped by someone else: cannot know */
             break;
+        }
+        if (start_deadline >= 0 && hvd_now_ms() >= start_deadline) {
+            start_deadline = -1;
+            if (!out->timed_out && !out->stopped && !ranks_on_time(d, cfg, start_ms)) {
+                out->late = true;
+                hvd_proc_abort(p);
+            }
         }
         if (!out->timed_out && !out->stopped && deadline >= 0 && hvd_now_ms() >= deadline) {
             out->timed_out = true;
@@ -569,7 +596,7 @@ static void wait_mpirun(hvd_proc *p, const hvd_launch_config *cfg, hvd_launch_ou
 }
 
 /* Runs argv (mpirun) and waits for it. Returns 0 with the outcome, or -1 with err. */
-static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg,
+static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg, int start_ms,
                       const hvd_launch_parts *parts, hvd_launch_outcome *out, hvd_err *err) {
     char **envp = mpirun_env(d, cfg, parts, err);
     if (!envp) return -1;
@@ -583,7 +610,7 @@ static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg,
     hvd_proc *p = hvd_proc_start(&spec, err);
     hvd_env_free(envp);
     if (!p) return hvd_err_prefix(err, "cannot start %s (is MPI installed?): ", argv[0]);
-    wait_mpirun(p, cfg, out);
+    wait_mpirun(d, p, cfg, start_ms, out);
     hvd_proc_free(p);
     return 0;
 }
@@ -625,7 +652,7 @@ int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outco
         hvd_err_set(err, HVD_E_STATE, "the job was stopped before mpirun started");
         goto out;
     }
-    rc = run_mpirun(d, argv, cfg, &parts, out, err);
+    rc = run_mpirun(d, argv, cfg, start_ms, &parts, out, err);
     /* Ranks stopped as the job ended may still be reporting so (hvd-exec's stop watcher). */
     if (rc == 0 && out->status != 0) hvd_driver_wait_results(d, HVD_LATE_RESULTS_MS);
 out:

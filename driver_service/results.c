@@ -98,6 +98,16 @@ static uint32_t started_unreported(const hvd_driver *d) {
     return k;
 }
 
+size_t hvd_driver_ranks_started(hvd_driver *d, size_t *np) {
+    size_t k = 0;
+    pthread_mutex_lock(&d->mu);
+    for (uint32_t rank = 0; rank < d->reg.nact; rank++)
+        k += d->reg.rank_index[rank] >= 0;
+    *np = d->reg.nact;
+    pthread_mutex_unlock(&d->mu);
+    return k;
+}
+
 bool hvd_driver_wait_results(hvd_driver *d, int timeout_ms) {
     int64_t deadline = hvd_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&d->mu);

@@ -120,6 +120,7 @@ typedef enum hvd_failure_kind {
     HVD_FAILURE_TASK,        /* a task service went away */
     HVD_FAILURE_AGENT,       /* an agent (hvd-rsh) died, could not start orted or lost its
                                 task service, or orted was killed */
+    HVD_FAILURE_LAUNCH,      /* the launch stalled: hvd_driver_launch_failed */
 } hvd_failure_kind;
 
 /* One rank's failure in a sentence: "rank 3 (task 3 on h) exited with status 1: <error>", or,
@@ -147,6 +148,15 @@ bool hvd_driver_lost_during_job(hvd_driver *d, const hvd_rank_result *r, size_t 
  * here: when none came, this says at which step a launch that ended before its ranks stopped. Any
  * thread. */
 size_t hvd_driver_agents_seen(hvd_driver *d, size_t *hosts);
+
+/* How many ranks of the job have told the driver where they run (SET_LOCAL_RANK: hvd-exec's
+ * first call) so far; *np is how many the job has. Any thread. */
+size_t hvd_driver_ranks_started(hvd_driver *d, size_t *np);
+
+/* Records that the launch failed on its own, in one sentence (a launcher that never started
+ * every rank): hvd_driver_failure names it (HVD_FAILURE_LAUNCH) unless something failed
+ * before. Any thread. */
+void hvd_driver_launch_failed(hvd_driver *d, const char *text);
 
 /* Every rank's result in rank order, for ranks 0..N-1 (N = num_tasks): a rank that never
  * reported has present = false. index is the task mapped to the rank by SET_LOCAL_RANK (else

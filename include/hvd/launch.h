@@ -69,7 +69,8 @@ typedef struct hvd_launch_config {
                                      made by launch_argv. Open MPI 5 and Hydra write the files
                                      instead of the terminal */
     int timeout_s;                /* stop mpirun after this long; 0: never */
-    int start_timeout_ms;         /* budget of registration, and of the interface probe; <= 0:
+    int start_timeout_ms;         /* budget of registration, of the interface probe, and of the
+                                     ranks' start once mpirun runs; <= 0:
                                      HVD_START_TIMEOUT_DEFAULT_S */
     const int *output_fds;        /* {stdout, stderr} for mpirun's output (the ranks' output comes
                                      through it); NULL: this process's stdout and stderr */
@@ -91,6 +92,8 @@ typedef struct hvd_launch_outcome {
                        killed mpirun */
     bool timed_out; /* the timeout stopped it */
     bool stopped;   /* *stop stopped it */
+    bool late;      /* stopped because not every rank had started within the start timeout of
+                       mpirun's start (hvd_driver_failure says so: HVD_FAILURE_LAUNCH) */
 } hvd_launch_outcome;
 
 /* Runs the job on a started driver: waits for every task to register, has them find the

@@ -1050,6 +1050,39 @@ static void test_lost_task(void) {
     hvd_driver_stop(d);
 }
 
+/* A launch that stalls: the ranks started so far are counted, and the driver names the stall
+ * (HVD_FAILURE_LAUNCH) before what fails after it, and after what failed before. */
+static void test_launch_failed(void) {
+    char buf[HVD_ERR_MAX * 2];
+    hvd_failure_kind kind;
+    hvd_err err;
+    uint32_t idx;
+    size_t np = 0;
+    hvd_driver *d = start_driver(4, NULL, NULL, NULL);
+    hvd_client *c = d ? register_xy(d) : NULL;
+    CHECK(d && hvd_driver_ranks_started(d, &np) == 0 && np == 4);
+    for (uint32_t r = 0; c && r < 2; r++)
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    CHECK(set_local_rank(c, "hx", 0, 0, &idx, &err) == 0); /* again: still one rank */
+    CHECK(hvd_driver_ranks_started(d, &np) == 2 && np == 4);
+    hvd_driver_launch_failed(d, "2 of 4 ranks had started");
+    CHECK(report_result(c, 0, 0, 1, "", "boom", &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_LAUNCH && !strcmp(buf, "2 of 4 ranks had started"), "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+
+    d = start_driver(4, NULL, NULL, NULL);
+    c = d ? register_xy(d) : NULL;
+    CHECK(set_local_rank(c, "hx", 0, 0, &idx, &err) == 0);
+    CHECK(report_result(c, 0, 0, 1, "", "boom", &err) == 0);
+    hvd_driver_launch_failed(d, "1 of 4 ranks had started");
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_RANK && strstr(buf, "boom"), "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+}
+
 int main(void) {
     dtest_init();
     RUN(test_ranges);
@@ -1062,6 +1095,7 @@ int main(void) {
     RUN(test_code);
     RUN(test_entry_check);
     RUN(test_failure);
+    RUN(test_launch_failed);
     RUN(test_silent_order);
     RUN(test_next_job_release);
     RUN(test_results);

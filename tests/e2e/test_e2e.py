@@ -242,6 +242,32 @@ def test_failing_rank():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_ranks_never_start():
+    """A launcher whose daemons come up but never start the ranks (here Open MPI's orted with a
+    fork agent that sleeps instead of starting hvd-exec; PRRTE 3.0 stalls so by itself now and
+    then: docs/launcher.md) does not hold the job: once the start timeout has passed since
+    mpirun began and not every rank has started, the driver stops mpirun, and its last line
+    says so. Nothing is left, the sleeping fork agents included."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        stall = os.path.join(d, "stall.sh")
+        with open(stall, "w") as f:
+            f.write("#!/bin/sh\nexec sleep 300\n")
+        os.chmod(stall, 0o755)
+        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--start-timeout", "3",
+                                    "--mpi-args", "-mca orte_fork_agent " + stall,
+                                    "--entry", ARGS.probe_lib + ":probe_entry"),
+                             hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=200)
+        check(rc != 0, "hvd-driver exited 0 although no rank ran:\n" + se)
+        last = se.strip().splitlines()[-1]
+        check(re.search(r"job failed: 0 of 4 ranks had started 3 s after mpirun began \(the start "
+                        r"timeout\): mpirun or its daemons stalled", last),
+              "the last line says the ranks did not start in time: %r" % last)
+        check(dt < 60, "the job ended %.1f s after its start, not a few seconds after the start "
+              "timeout" % dt)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_object_leaves_process():
     """A shared-object entry point that leaves a process running (probe leave=100: a
     double-forked `sleep 100` in a session of its own, holding the rank's output; odd ranks'
