@@ -72,6 +72,12 @@ static bool stop_requested(const el_run *r) {
     return r->cfg->stop && __atomic_load_n(r->cfg->stop, __ATOMIC_ACQUIRE);
 }
 
+/* The start timeout (ms): for the first hosts, the interface probe, and each launch's ranks. */
+static int start_ms_of(const el_run *r) {
+    return r->cfg->start_timeout_ms > 0 ? r->cfg->start_timeout_ms
+                                        : HVD_START_TIMEOUT_DEFAULT_S * 1000;
+}
+
 static bool past_deadline(const el_run *r) {
     return r->deadline >= 0 && hvd_now_ms() >= r->deadline;
 }
@@ -236,9 +242,8 @@ static int launch(el_run *r, hvd_err *err) {
     r->epoch++;
     r->pending = false;
     hvd_driver_set_elastic(r->d, r->epoch, false);
-    int start_ms = r->cfg->start_timeout_ms > 0 ? r->cfg->start_timeout_ms
-                                                : HVD_START_TIMEOUT_DEFAULT_S * 1000;
-    if (!r->ifaces && hvd_driver_common_interfaces(r->d, start_ms, &r->ifaces, err) != 0) return -1;
+    if (!r->ifaces && hvd_driver_common_interfaces(r->d, start_ms_of(r), &r->ifaces, err) != 0)
+        return -1;
     if (!r->have_parts) {
         if (hvd_launch_parts_make(r->d, r->cfg, r->ifaces, &r->parts, err) != 0) return -1;
         r->have_parts = true;
@@ -379,8 +384,31 @@ static void check_hosts(el_run *r) {
     el_plan_free(&next);
 }
 
-/* Watches the running launch until it ends, a task of it is lost, or the job is stopped. */
+/* Whether the launch stalled: not every rank had started when the start timeout had passed
+ * since mpirun began (PRRTE 3.0 does so now and then after starting its daemons:
+ * docs/launcher.md). It then ends in a reset, which counts as a failed launch when no rank
+ * reported. */
+static bool stalled(el_run *r) {
+    size_t np, started = hvd_driver_ranks_started(r->d, &np);
+    if (started >= np) return false;
+    snprintf(r->why, sizeof r->why,
+             "%zu of %zu ranks had started %d s after mpirun began (the start timeout): mpirun "
+             "or its daemons stalled before starting the rest",
+             started, np, (start_ms_of(r) + 999) / 1000);
+    hvd_rank_result *res = NULL;
+    size_t n = 0, reported = 0;
+    if (hvd_driver_results(r->d, &res, &n, NULL) != 0) n = 0;
+    for (size_t i = 0; i < n; i++)
+        reported += res[i].present;
+    hvd_driver_results_free(res, n);
+    r->failed_launches = reported == 0 ? r->failed_launches + 1 : 0;
+    return true;
+}
+
+/* Watches the running launch until it ends, stalls, a task of it is lost, or the job is
+ * stopped. */
 static el_end watch(el_run *r, hvd_launch_outcome *out) {
+    int64_t start_deadline = hvd_now_ms() + start_ms_of(r); /* -1 once looked at */
     for (;;) {
         int code = 255;
         int w = hvd_proc_wait(r->mpirun, EL_TICK_MS, &code);
@@ -397,6 +425,10 @@ static el_end watch(el_run *r, hvd_launch_outcome *out) {
         const hvd_task_brief *lost = lost_active(r);
         if (lost) {
             return lost_why(r, lost);
+        }
+        if (start_deadline >= 0 && hvd_now_ms() >= start_deadline) {
+            start_deadline = -1;
+            if (stalled(r)) return END_RESET;
         }
         discover(r, NULL);
         check_hosts(r);
@@ -459,8 +491,7 @@ static int wait_next(el_run *r, hvd_err *err) {
     if (r->epoch == 0) {
         int need = ec->np > 0 ? ec->np : ec->min_np;
         if (ec->max_np > 0 && need > ec->max_np) need = ec->max_np;
-        int ms = r->cfg->start_timeout_ms > 0 ? r->cfg->start_timeout_ms
-                                              : HVD_START_TIMEOUT_DEFAULT_S * 1000;
+        int ms = start_ms_of(r);
         snprintf(limit, sizeof limit, "-np %d within --start-timeout %d s", need, ms / 1000);
         return wait_slots(r, need, ms, limit, err);
     }

@@ -430,6 +430,30 @@ def test_cannot_start():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_launch_stalls():
+    """A launch whose ranks never start (orteds whose fork agent sleeps instead of starting the
+    rank: how PRRTE 3.0 stalls now and then, docs/launcher.md) is ended once the start timeout
+    has passed since mpirun began, and launched again; after 3 such launches the job fails with
+    one line that says why, instead of waiting forever."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        stall = os.path.join(d, "stall.sh")
+        with open(stall, "w") as f:
+            f.write("#!/bin/sh\nexec sleep 300\n")
+        os.chmod(stall, 0o755)
+        rc, so, se, dt = hvdtest.run(
+            [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "--min-np", "2", "--local",
+             "2", "--start-timeout", "2", "--mpi-args", "-mca orte_fork_agent " + stall, "--",
+             "true"],
+            hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+        check(rc != 0, "the job must fail:\n%s" % se[-3000:])
+        last = [l for l in se.splitlines() if l.startswith("hvd-driver:")][-1]
+        check(re.search(r"3 launches in a row ended before any rank reported.*the last: 0 of 2 "
+                        r"ranks had started 2 s after mpirun began \(the start timeout\)", last),
+              "the last line says why: %s" % last)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_horovodrun_flags():
     """horovodrun's command line: -H localhost:N runs local task services, --output-filename
     writes one log per rank, the command may follow the options without --, a hostfile's
