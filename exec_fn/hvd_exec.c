@@ -606,16 +606,27 @@ static bool leftovers_alive(void) {
 }
 
 /* Stops what the entry point left running, as a program's keeper does when its program exits:
- * SIGTERM (and SIGCONT), SIGKILL after the grace period, until nothing is left. */
-static void stop_leftovers(void) {
+ * SIGTERM (and SIGCONT), SIGKILL after the grace period, until nothing is left. What SIGKILL
+ * has not ended a grace period later (a process stuck in the kernel) is left to the keeper of
+ * orted's command, which stops what is left when the job ends: the rank itself ends. */
+static void stop_leftovers(int rank) {
     leftovers.root = getpid();
     if (!leftovers_alive()) return;
     (void)hvd_proctree_signal(&leftovers, SIGTERM);
     (void)hvd_proctree_signal(&leftovers, SIGCONT);
-    int64_t deadline = hvd_now_ms() + HVD_PROC_DEFAULT_GRACE_MS;
+    int64_t kill_at = hvd_now_ms() + HVD_PROC_DEFAULT_GRACE_MS;
+    int64_t give_up = kill_at + HVD_PROC_DEFAULT_GRACE_MS;
     const struct timespec poll_ts = {0, LEFTOVER_POLL_MS * 1000000L};
     while (leftovers_alive()) {
-        if (hvd_now_ms() >= deadline) (void)hvd_proctree_signal(&leftovers, SIGKILL);
+        int64_t now = hvd_now_ms();
+        if (now >= give_up) {
+            fprintf(stderr,
+                    "hvd-exec: rank %d: what the entry point left running did not end %d ms "
+                    "after SIGKILL; the rank ends without it\n",
+                    rank, HVD_PROC_DEFAULT_GRACE_MS);
+            return;
+        }
+        if (now >= kill_at) (void)hvd_proctree_signal(&leftovers, SIGKILL);
         nanosleep(&poll_ts, NULL);
     }
 }
@@ -820,7 +831,7 @@ int main(int argc, char **argv) {
     bool reset = elastic && status == HVD_ELASTIC_EXIT_RESET;
     if (status != 0 && !reset) fprintf(stderr, "hvd-exec: rank %d: %s\n", ri.rank, res.error);
     report(&ri, status, stopped, res.data, res.len, res.error);
-    if (code.kind == HVD_CODE_SHARED_OBJECT) stop_leftovers();
+    if (code.kind == HVD_CODE_SHARED_OBJECT) stop_leftovers(ri.rank);
     if (elastic && !reset && !stopped && status > 0 && status < 128) {
         /* Let the ranks failing alike report too before mpirun aborts them. */
         struct timespec ts = {HVD_ELASTIC_FAIL_LINGER_MS / 1000,
