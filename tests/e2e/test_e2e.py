@@ -250,12 +250,8 @@ def test_ranks_never_start():
     says so. Nothing is left, the sleeping fork agents included."""
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
-        stall = os.path.join(d, "stall.sh")
-        with open(stall, "w") as f:
-            f.write("#!/bin/sh\nexec sleep 300\n")
-        os.chmod(stall, 0o755)
         rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", "--start-timeout", "3",
-                                    "--mpi-args", "-mca orte_fork_agent " + stall,
+                                    "--mpi-args", hvdtest.stalling_fork_agent_args(d),
                                     "--entry", ARGS.probe_lib + ":probe_entry"),
                              hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=200)
         check(rc != 0, "hvd-driver exited 0 although no rank ran:\n" + se)

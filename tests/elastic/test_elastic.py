@@ -437,14 +437,10 @@ def test_launch_stalls():
     one line that says why, instead of waiting forever."""
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
-        stall = os.path.join(d, "stall.sh")
-        with open(stall, "w") as f:
-            f.write("#!/bin/sh\nexec sleep 300\n")
-        os.chmod(stall, 0o755)
         rc, so, se, dt = hvdtest.run(
             [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "--min-np", "2", "--local",
-             "2", "--start-timeout", "2", "--mpi-args", "-mca orte_fork_agent " + stall, "--",
-             "true"],
+             "2", "--start-timeout", "2", "--mpi-args", hvdtest.stalling_fork_agent_args(d),
+             "--", "true"],
             hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
         check(rc != 0, "the job must fail:\n%s" % se[-3000:])
         last = [l for l in se.splitlines() if l.startswith("hvd-driver:")][-1]

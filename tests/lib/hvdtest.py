@@ -419,6 +419,17 @@ def wait_for(pred, timeout, what=None, interval=0.05):
     return v
 
 
+def stalling_fork_agent_args(d):
+    """Open MPI 4 mpirun arguments under which every orted comes up but never starts a rank:
+    a fork agent, written into directory d, that sleeps instead of starting it (how PRRTE 3.0
+    stalls now and then by itself: docs/launcher.md). For --mpi-args."""
+    agent = os.path.join(d, "stall.sh")
+    with open(agent, "w") as f:
+        f.write("#!/bin/sh\nexec sleep 300\n")
+    os.chmod(agent, 0o755)
+    return "-mca orte_fork_agent " + agent
+
+
 def sh(*cmd):
     """Runs a setup command (ip ...); subprocess.CalledProcessError, with its stderr, when it
     fails."""
