@@ -349,15 +349,13 @@ static int keeper_wait(struct keeper *k, struct keeper_state *ks) {
     return grace;
 }
 
-/* SIGTERM (and SIGCONT: stopped processes must run to handle it) to the command's group and
- * every descendant; SIGKILL follows after grace_ms. */
+/* SIGTERM to the command's group and every descendant, and SIGCONT to the stopped ones among
+ * the descendants (they must run to handle it; the command's group descends from the keeper
+ * too); SIGKILL follows after grace_ms. */
 static void keeper_terminate(struct keeper *k, struct keeper_state *ks, int grace_ms) {
     ks->state = K_TERMINATING;
     ks->deadline = hvd_now_ms() + grace_ms;
-    if (!ks->shell_done) {
-        kill(-k->shell, SIGTERM);
-        kill(-k->shell, SIGCONT);
-    }
+    if (!ks->shell_done) kill(-k->shell, SIGTERM);
     hvd_proctree_signal(&k->tree, SIGTERM);
     hvd_proctree_signal(&k->tree, SIGCONT);
 }

@@ -91,6 +91,7 @@ static int walk_once(hvd_proctree *t, int sig, int *signalled) {
             if (t->n_tracked < HVD_PROCTREE_MAX_TRACKED) t->tracked[t->n_tracked++] = (pid_t)pid;
             found = 1;
             if (state == 'Z' || state == 'X') continue; /* dead, waiting to be reaped */
+            if (sig == SIGCONT && state != 'T' && state != 't') continue; /* not stopped */
             signal_descendant(t, proc, d->d_name, (pid_t)pid, sig);
             (*signalled)++;
         }

@@ -237,7 +237,8 @@ struct hvd_driver {
     drv_agent *agents;                /* loop thread */
     drv_event events[DRV_EVENTS_MAX]; /* under mu */
     size_t nevents;
-    hvd_mpi_impl mpi; /* the jobs' MPI (hvd_driver_set_mpi), under mu */
+    uint64_t stopping_seq; /* reg.seq when the launcher began to stop the job; 0: it has not */
+    hvd_mpi_impl mpi;      /* the jobs' MPI (hvd_driver_set_mpi), under mu */
 
     hvd_elastic_msg elastic; /* what ELASTIC_STATE answers (under mu) */
 };

@@ -419,6 +419,7 @@ static el_end watch(el_run *r, hvd_launch_outcome *out) {
         if (stop_requested(r) || past_deadline(r)) {
             out->stopped = stop_requested(r);
             out->timed_out = !out->stopped;
+            hvd_driver_stopping_job(r->d); /* what fails from here on is the stop's doing */
             return END_STOPPED;
         }
         snapshot(r);

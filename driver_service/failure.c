@@ -71,6 +71,12 @@ void hvd_driver_launch_failed(hvd_driver *d, const char *text) {
     pthread_mutex_unlock(&d->mu);
 }
 
+void hvd_driver_stopping_job(hvd_driver *d) {
+    pthread_mutex_lock(&d->mu);
+    if (!d->stopping_seq) d->stopping_seq = d->reg.seq + 1; /* seq from here on: after it */
+    pthread_mutex_unlock(&d->mu);
+}
+
 /* Forgets the "went away" events of an agent that turned out to be alive (its report came on
  * another connection after a reconnect). d->mu held. */
 static void drop_agent_events(hvd_driver *d, uint32_t pid) {
@@ -400,6 +406,7 @@ int hvd_driver_next_job(hvd_driver *d, hvd_err *err) {
     if (!down) {
         drv_reg_new_job(r); /* the same tasks, nothing of the job (nor of its agents) */
         d->nevents = 0;
+        d->stopping_seq = 0;
     }
     pthread_mutex_unlock(&d->mu);
     if (down)
@@ -473,10 +480,13 @@ hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, siz
     if (cap == 0) return HVD_FAILURE_NONE;
     buf[0] = '\0';
     int bad = hvd_first_failed_rank(r, n);
-    uint64_t best = bad >= 0 && r[bad].present ? r[bad].order : UINT64_MAX;
-    hvd_failure_kind kind = best != UINT64_MAX ? HVD_FAILURE_RANK : HVD_FAILURE_NONE;
-    if (kind) hvd_rank_failure_text(&r[bad], buf, cap);
     pthread_mutex_lock(&d->mu);
+    /* From `limit` on, in the order things reached the driver, failures followed the
+     * launcher's own stop (hvd_driver_stopping_job). */
+    uint64_t limit = d->stopping_seq ? d->stopping_seq : UINT64_MAX;
+    uint64_t best = bad >= 0 && r[bad].present && r[bad].order < limit ? r[bad].order : limit;
+    hvd_failure_kind kind = best != limit ? HVD_FAILURE_RANK : HVD_FAILURE_NONE;
+    if (kind) hvd_rank_failure_text(&r[bad], buf, cap);
     uint64_t seq;
     char lost[HVD_ERR_MAX];
     if (drv_lost_text(d, lost, sizeof lost, &seq) >= 0 && seq < best) {
@@ -490,14 +500,18 @@ hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, siz
             kind = d->events[i].launch ? HVD_FAILURE_LAUNCH : HVD_FAILURE_AGENT;
             snprintf(buf, cap, "%s", d->events[i].text);
         }
-    if (kind == HVD_FAILURE_NONE && missing_agent(d, buf, cap)) kind = HVD_FAILURE_AGENT;
+    bool stopping = d->stopping_seq != 0;
+    if (kind == HVD_FAILURE_NONE && !stopping && missing_agent(d, buf, cap))
+        kind = HVD_FAILURE_AGENT;
     for (size_t i = 0; i < d->nevents && kind == HVD_FAILURE_NONE; i++)
-        if (d->events[i].weak) { /* the first echo-prone event, if nothing else */
+        if (d->events[i].weak && d->events[i].seq < limit) { /* the first echo-prone event */
             kind = HVD_FAILURE_AGENT;
             snprintf(buf, cap, "%s", d->events[i].text);
         }
     pthread_mutex_unlock(&d->mu);
-    if (kind == HVD_FAILURE_NONE && bad >= 0) { /* a silent rank */
+    /* A silent rank: one whose connection closed before any stop. */
+    if (kind == HVD_FAILURE_NONE && bad >= 0 &&
+        (!stopping || (r[bad].gone && r[bad].gone < limit))) {
         hvd_rank_failure_text(&r[bad], buf, cap);
         kind = HVD_FAILURE_SILENT_RANK;
     }

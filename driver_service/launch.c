@@ -536,7 +536,6 @@ out:
     return envp;
 }
 
-/* Waits for mpirun, stopping it on timeout or *stop. */
 /* Whether every rank has started (hvd-exec told the driver where it runs) by now, the start
  * timeout after mpirun's start; if not, records why the launch failed. A launcher whose daemons
  * came up but never started the ranks (PRRTE 3.0, Open MPI 5's, did so in about 2% of launches
@@ -555,6 +554,17 @@ static bool ranks_on_time(hvd_driver *d, const hvd_launch_config *cfg, int start
     return false;
 }
 
+/* Stops mpirun, within delay_ms (-1: its usual grace period); the driver blames what fails from
+ * now on on this stop, not on the job. */
+static void stop_mpirun(hvd_driver *d, hvd_proc *p, int delay_ms) {
+    hvd_driver_stopping_job(d);
+    if (delay_ms < 0)
+        hvd_proc_abort(p);
+    else
+        hvd_proc_abort_within(p, delay_ms);
+}
+
+/* Waits for mpirun, stopping it on timeout, a stalled start or *stop. */
 static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg, int start_ms,
                         hvd_launch_outcome *out) {
     int64_t deadline = cfg->timeout_s > 0 ? hvd_now_ms() + (int64_t)cfg->timeout_s * 1000 : -1;
@@ -571,24 +581,24 @@ static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg
             start_deadline = -1;
             if (!out->timed_out && !out->stopped && !ranks_on_time(d, cfg, start_ms)) {
                 out->late = true;
-                hvd_proc_abort(p);
+                stop_mpirun(d, p, -1);
             }
         }
         if (!out->timed_out && !out->stopped && deadline >= 0 && hvd_now_ms() >= deadline) {
             out->timed_out = true;
             launch_log(cfg, "the job ran past its timeout of %d s; stopping mpirun",
                        cfg->timeout_s);
-            hvd_proc_abort(p);
+            stop_mpirun(d, p, -1);
         }
         if (!out->timed_out && !out->stopped && stop_requested(cfg)) {
             out->stopped = true;
-            hvd_proc_abort(p);
+            stop_mpirun(d, p, -1);
         }
         if (!urgent && stop_value(cfg) == HVD_LAUNCH_STOP_LOST) {
             urgent = out->stopped = true;
             launch_log(cfg, "a part of the job is unreachable: mpirun gets SIGKILL in %d ms",
                        HVD_MPIRUN_LOST_KILL_DELAY_MS);
-            hvd_proc_abort_within(p, HVD_MPIRUN_LOST_KILL_DELAY_MS);
+            stop_mpirun(d, p, HVD_MPIRUN_LOST_KILL_DELAY_MS);
         }
     }
     out->status = code;

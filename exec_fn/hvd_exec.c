@@ -606,9 +606,9 @@ static bool leftovers_alive(void) {
 }
 
 /* Stops what the entry point left running, as a program's keeper does when its program exits:
- * SIGTERM (and SIGCONT), SIGKILL after the grace period, until nothing is left. What SIGKILL
- * has not ended a grace period later (a process stuck in the kernel) is left to the keeper of
- * orted's command, which stops what is left when the job ends: the rank itself ends. */
+ * SIGTERM (and SIGCONT to stopped ones), SIGKILL after the grace period, until nothing is left.
+ * What SIGKILL has not ended a grace period later (a process stuck in the kernel) is left to the
+ * keeper of orted's command, which stops what is left when the job ends: the rank itself ends. */
 static void stop_leftovers(int rank) {
     leftovers.root = getpid();
     if (!leftovers_alive()) return;

@@ -132,7 +132,8 @@ void hvd_rank_failure_text(const hvd_rank_result *r, char *buf, size_t cap);
  * went away while the job ran (...)", "orted of host h (task 2) was killed by signal 9
  * (Killed)", ... It is the earliest, in the order they reached the driver, of a rank's own
  * failure, a lost task service and an agent's report or death; failing those, a rank that
- * reported nothing while others did. r and n are hvd_driver_results'. Returns the kind
+ * reported nothing while others did; never what came after hvd_driver_stopping_job. r and n
+ * are hvd_driver_results'. Returns the kind
  * (buf is "" for HVD_FAILURE_NONE). Any thread. */
 hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, size_t n, char *buf,
                                     size_t cap);
@@ -157,6 +158,13 @@ size_t hvd_driver_ranks_started(hvd_driver *d, size_t *np);
  * every rank): hvd_driver_failure names it (HVD_FAILURE_LAUNCH) unless something failed
  * before. Any thread. */
 void hvd_driver_launch_failed(hvd_driver *d, const char *text);
+
+/* Records that the launcher is stopping the job by itself (its timeout, a stop request, a
+ * stalled start): what fails after this (a rank or an agent killed by the stop, a host whose
+ * agent never came) followed from the stop, so hvd_driver_failure leaves it out and the
+ * launcher's own reason stands. What failed before still counts. Until hvd_driver_next_job.
+ * Any thread. */
+void hvd_driver_stopping_job(hvd_driver *d);
 
 /* Every rank's result in rank order, for ranks 0..N-1 (N = num_tasks): a rank that never
  * reported has present = false. index is the task mapped to the rank by SET_LOCAL_RANK (else

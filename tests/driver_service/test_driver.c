@@ -1083,6 +1083,42 @@ static void test_launch_failed(void) {
     hvd_driver_stop(d);
 }
 
+/* What fails after the launcher began to stop the job (hvd_driver_stopping_job) is the stop's
+ * doing and is not named; what failed before it still is; the next job starts afresh. */
+static void test_stopping_job(void) {
+    char buf[HVD_ERR_MAX * 2];
+    hvd_failure_kind kind;
+    hvd_err err;
+    uint32_t idx;
+    hvd_driver *d = start_driver(4, NULL, NULL, NULL);
+    hvd_client *c = d ? register_xy(d) : NULL;
+    for (uint32_t r = 0; c && r < 2; r++)
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    CHECK(report_result(c, 0, 0, 1, "", "boom", &err) == 0);
+    hvd_driver_stopping_job(d);
+    CHECK(report_result(c, 1, 1, 143, "", "killed by the stop", &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_RANK && strstr(buf, "boom"), "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+
+    d = start_driver(4, NULL, NULL, NULL);
+    c = d ? register_xy(d) : NULL;
+    for (uint32_t r = 0; c && r < 2; r++)
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    hvd_driver_stopping_job(d);
+    CHECK(report_result(c, 1, 1, 143, "", "killed by the stop", &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_NONE && buf[0] == '\0', "%d: %s", (int)kind, buf);
+    CHECK(d && hvd_driver_next_job(d, &err) == 0);
+    CHECK(set_local_rank(c, "hx", 0, 0, &idx, &err) == 0);
+    CHECK(report_result(c, 0, 0, 2, "", "boom again", &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_RANK && strstr(buf, "boom again"), "%s", buf);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+}
+
 int main(void) {
     dtest_init();
     RUN(test_ranges);
@@ -1096,6 +1132,7 @@ int main(void) {
     RUN(test_entry_check);
     RUN(test_failure);
     RUN(test_launch_failed);
+    RUN(test_stopping_job);
     RUN(test_silent_order);
     RUN(test_next_job_release);
     RUN(test_results);

@@ -242,6 +242,26 @@ def test_failing_rank():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_job_timeout():
+    """A job that runs past --timeout is stopped, and its last line says so: not what stopping
+    it made fail (hvd-rsh and the ranks get SIGTERM then), and without mpirun's "Forwarding
+    signal 18" lines (the stop sends SIGCONT only to stopped processes). Nothing is left."""
+    needs_fake_hostnames(2)
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, dt = run(driver("run", "-np", "2", "--local", "2", "--timeout", "3",
+                                    *mpi_opts(), "--entry", ARGS.probe_lib + ":probe_entry",
+                                    "--entry-arg", "sleep=100"),
+                             hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=120)
+        check(rc != 0, "hvd-driver exited 0 although the job ran past its timeout:\n" + se)
+        last = se.strip().splitlines()[-1]
+        check(re.match(r"hvd-driver: job failed: the job ran past --timeout 3 s\b", last),
+              "the last line names the timeout: %r" % last)
+        check("Forwarding signal" not in so + se, "a line about a forwarded signal:\n" + se)
+        check(dt < 60, "the job ended %.1f s after its start, timeout 3 s" % dt)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_ranks_never_start():
     """A launcher whose daemons come up but never start the ranks (here Open MPI's orted with a
     fork agent that sleeps instead of starting hvd-exec; PRRTE 3.0 stalls so by itself now and

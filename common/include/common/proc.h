@@ -23,8 +23,9 @@
  * the owner SIGKILLs the command's process group when it reaps a keeper that died without
  * reporting the command's end.
  *
- * Abort: SIGTERM and SIGCONT to the command's process group and to every descendant of the
- * keeper (found by walking /proc), then, after the grace period, SIGKILL to the group and to
+ * Abort: SIGTERM to the command's process group and to every descendant of the keeper (found
+ * by walking /proc), SIGCONT to the stopped ones among them (only to those: mpirun would
+ * forward it to its job with a line), then, after the grace period, SIGKILL to the group and to
  * every descendant, repeated until none is left. The shell is never stopped, so TERM
  * handlers run.
  *

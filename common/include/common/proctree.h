@@ -26,8 +26,10 @@ typedef struct hvd_proctree {
 
 /* Sends sig to every live descendant of t->root: scans /proc for processes whose parent is
  * the root or an already found descendant, until a pass finds no new one. With a pidfd, each
- * process is pinned and re-checked first, so a recycled pid is never signalled. Returns how
- * many processes were signalled (zombies are found but not counted). */
+ * process is pinned and re-checked first, so a recycled pid is never signalled. SIGCONT goes
+ * only to stopped processes: a running one has no use for it, and some (Open MPI's mpirun)
+ * forward it to their job with a line of output. Returns how many processes were signalled
+ * (zombies, and running processes passed over by SIGCONT, are found but not counted). */
 int hvd_proctree_signal(hvd_proctree *t, int sig);
 
 #endif

@@ -76,9 +76,10 @@ public final class JobResult {
             ok &= r.ok();
         if (ok) return null;
         if (failure != null) return "job failed: " + failure;
+        // The driver's failure leaves out what the stop itself made fail (a rank killed by it).
+        if (timedOut) return "job failed: it ran past its timeout and mpirun was stopped";
         RankResult r = firstFailedRank();
         if (r != null) return "job failed: " + r.failure();
-        if (timedOut) return "job failed: it ran past its timeout and mpirun was stopped";
         if (mpirunStatus != 0) return "job failed: mpirun exited with status " + mpirunStatus;
         return null;
     }

@@ -68,6 +68,7 @@ public final class JniTest {
             case "soak_fresh_tasks": soakFreshTasks(); break;
             case "ancestry": ancestry(); break;
             case "failing_rank": failingRank(); break;
+            case "timeout": timeout(); break;
             case "argv": argv(); break;
             case "close_running": closeRunning(); break;
             case "load": load(); break;
@@ -732,6 +733,26 @@ public final class JniTest {
             TaskThread t3 = tasks.get(3);
             check(t3.result != null && t3.result.status() == 3 && t3.result.error().contains("failed on purpose"),
                   "task 3's result: " + t3.result + " / " + t3.failure);
+        }
+    }
+
+    /**
+     * A job that runs past its timeout fails with that reason, not with what stopping it made
+     * fail (hvd-rsh and the ranks get SIGTERM then).
+     */
+    static void timeout() throws Exception {
+        int n = 2;
+        try (DriverService d = DriverService.start(n, EntryPoint.sharedObject(probeLib, "probe_entry", "sleep=60".getBytes()), null)) {
+            List<TaskThread> tasks = startTasks(d, n, 2, null);
+            long t0 = System.nanoTime();
+            JobResult jr = d.runJob(new JobOptions().binDir(bin).startTimeoutMs(60_000).timeoutSeconds(3));
+            double took = (System.nanoTime() - t0) / 1e9;
+            System.out.println(jr);
+            check(jr.timedOut() && !jr.succeeded(), "the job should have timed out: " + jr);
+            check(took < 40, String.format("the job ended %.1f s after its start, timeout 3 s", took));
+            check("job failed: it ran past its timeout and mpirun was stopped".equals(jr.failureMessage()),
+                  "failure message: " + jr.failureMessage());
+            joinTasks(tasks, 30_000);
         }
     }
 
