@@ -641,6 +641,21 @@ static bool execute(rt_cycle *b, bool no_fusion) {
     return true;
 }
 
+/* Says once, on rank 0, when a whole cache's worth of names came back after the cache had
+ * evicted them: a step submits more names than it has slots, so each of them is negotiated
+ * in full every time (docs/runtime.md, "Knobs"). */
+static void warn_cache_small(rt_cycle *b) {
+    int64_t back = rt_cache_returned(&b->cache);
+    if (b->cache_small || b->rank != 0 || b->cache.capacity <= 0 || back < b->cache.capacity)
+        return;
+    b->cache_small = true;
+    rt_log("the response cache is too small for this job: %lld tensor names were submitted "
+           "again after it had evicted them (HOROVOD_CACHE_CAPACITY=%d slots), so each of them "
+           "is negotiated in full every time; set HOROVOD_CACHE_CAPACITY above the number of "
+           "tensors submitted per step",
+           (long long)back, b->cache.capacity);
+}
+
 /* Step 8: remember the negotiated names (from first_negotiated on, in the agreed order, so
  * slots match on all ranks). The cache takes over the name the pending map held, so this
  * allocates nothing. */
@@ -660,6 +675,7 @@ static void remember(rt_cycle *b, size_t first_negotiated) {
         rt_cache_put(&b->cache, key, &e->p, &evicted);
         if (evicted) to_unsent(b, evicted);
     }
+    warn_cache_small(b);
 }
 
 /* ---- one cycle --------------------------------------------------------------------------- */

@@ -49,6 +49,7 @@ typedef struct rt_cycle {
     int64_t nfusable_device;
     int device;        /* CUDA device of this rank's device tensors, -1 before one */
     bool fusion_short; /* the last fusion buffer reservation failed (logged once) */
+    bool cache_small;  /* the response cache was found too small for a step (logged once) */
     rt_entry *orphans; /* drained entries that could not be recorded (out of memory) */
     hvd_err broken;    /* this rank's bookkeeping failure (code 0 if none) */
     bool alone;        /* this rank left the collective sequence its peers are in (see cycle.c) */

@@ -8,6 +8,7 @@
  * that order, and eviction is LRU over that order. */
 #include "response_cache.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +20,30 @@ struct rt_cache_slot {
     void *user;     /* the engine's pending entry waiting on this slot */
 };
 
+/* Bound on each generation of the evicted-name set (8 MiB of hashes), whatever the capacity. */
+#define GONE_CAP_MAX ((size_t)1 << 20)
+
+/* A table for RT_CACHE_GONE_WINDOW x capacity evicted names at half load (fewer when that
+ * would pass GONE_CAP_MAX). */
+static size_t gone_cap_for(int capacity) {
+    size_t want = 2 * (size_t)RT_CACHE_GONE_WINDOW * (size_t)capacity, cap = 64;
+    while (cap < want && cap < GONE_CAP_MAX)
+        cap *= 2;
+    return cap;
+}
+
 int rt_cache_init(rt_cache *c, int capacity) {
     memset(c, 0, sizeof *c);
     rt_strmap_init(&c->by_name);
     c->lru_head = c->lru_tail = c->free_head = -1;
     if (capacity <= 0) return 0;
     c->slots = calloc((size_t)capacity, sizeof *c->slots);
-    if (!c->slots || rt_strmap_reserve(&c->by_name, (size_t)capacity) != 0) {
+    c->gone_cap = gone_cap_for(capacity);
+    c->gone_max = c->gone_cap / 2;
+    c->gone[0] = calloc(c->gone_cap, sizeof(uint64_t));
+    c->gone[1] = calloc(c->gone_cap, sizeof(uint64_t));
+    if (!c->slots || !c->gone[0] || !c->gone[1] ||
+        rt_strmap_reserve(&c->by_name, (size_t)capacity) != 0) {
         rt_cache_free(c);
         return -1;
     }
@@ -40,6 +58,8 @@ int rt_cache_init(rt_cache *c, int capacity) {
 
 void rt_cache_free(rt_cache *c) {
     free(c->slots);
+    free(c->gone[0]);
+    free(c->gone[1]);
     rt_strmap_free(&c->by_name); /* the names */
     memset(c, 0, sizeof *c);
     c->lru_head = c->lru_tail = c->free_head = -1;
@@ -86,6 +106,47 @@ void rt_cache_touch(rt_cache *c, int slot) {
     lru_push_front(c, slot);
 }
 
+/* ---- Names that come back after their eviction (rt_cache_returned) ---------------------- */
+
+/* Where hash h is in table t, or the empty place it would take. */
+static size_t gone_find(const rt_cache *c, const uint64_t *t, uint64_t h) {
+    size_t mask = c->gone_cap - 1, i = (size_t)h & mask;
+    while (t[i] && t[i] != h)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static uint64_t gone_hash(const char *name) {
+    return rt_strmap_hash(name) | 1; /* 0 marks an empty place */
+}
+
+/* Remembers an evicted name. A full generation becomes the older one, and the older one is
+ * forgotten: every name evicted within the last gone_max evictions is remembered. */
+static void gone_add(rt_cache *c, const char *name) {
+    if (c->gone_n >= c->gone_max) {
+        c->gone_cur ^= 1;
+        memset(c->gone[c->gone_cur], 0, c->gone_cap * sizeof(uint64_t));
+        c->gone_n = 0;
+    }
+    uint64_t *t = c->gone[c->gone_cur], h = gone_hash(name);
+    size_t i = gone_find(c, t, h);
+    if (!t[i]) {
+        t[i] = h;
+        c->gone_n++;
+    }
+}
+
+static bool gone_has(const rt_cache *c, const char *name) {
+    uint64_t h = gone_hash(name);
+    for (int g = 0; g < 2; g++)
+        if (c->gone[g][gone_find(c, c->gone[g], h)] == h) return true;
+    return false;
+}
+
+int64_t rt_cache_returned(const rt_cache *c) {
+    return c->returned;
+}
+
 void rt_cache_erase(rt_cache *c, int slot) {
     struct rt_cache_slot *x = &c->slots[slot];
     if (!x->name) return;
@@ -110,8 +171,10 @@ int rt_cache_put(rt_cache *c, char *name, const rt_params *p, void **evicted_use
         rt_cache_touch(c, s);
         return s;
     }
+    if (gone_has(c, name)) c->returned++;
     if (c->free_head < 0) {
         *evicted_user = c->slots[c->lru_tail].user;
+        gone_add(c, c->slots[c->lru_tail].name);
         rt_cache_erase(c, c->lru_tail);
     }
     s = c->free_head;

@@ -13,7 +13,7 @@ struct rt_strmap_slot {
 };
 
 /* FNV-1a, 64 bit: names are short and this is fast enough for 10,000 per cycle. */
-static uint64_t hash_str(const char *s) {
+uint64_t rt_strmap_hash(const char *s) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) {
         h ^= (unsigned char)*s;
@@ -46,7 +46,7 @@ static long find(const rt_strmap *m, const char *key, uint64_t h) {
 }
 
 void *rt_strmap_get(const rt_strmap *m, const char *key) {
-    long i = find(m, key, hash_str(key));
+    long i = find(m, key, rt_strmap_hash(key));
     return i < 0 ? NULL : m->slots[i].value;
 }
 
@@ -82,7 +82,7 @@ int rt_strmap_reserve(rt_strmap *m, size_t n) {
 }
 
 int rt_strmap_put_owned(rt_strmap *m, char *key, void *value) {
-    uint64_t h = hash_str(key);
+    uint64_t h = rt_strmap_hash(key);
     long i = find(m, key, h);
     if (i >= 0) {
         m->slots[i].value = value;
@@ -96,7 +96,7 @@ int rt_strmap_put_owned(rt_strmap *m, char *key, void *value) {
 }
 
 int rt_strmap_put(rt_strmap *m, const char *key, void *value) {
-    uint64_t h = hash_str(key);
+    uint64_t h = rt_strmap_hash(key);
     long i = find(m, key, h);
     if (i >= 0) {
         m->slots[i].value = value;
@@ -114,7 +114,7 @@ int rt_strmap_put(rt_strmap *m, const char *key, void *value) {
 
 void *rt_strmap_take(rt_strmap *m, const char *key, char **stored_key) {
     *stored_key = NULL;
-    long found = find(m, key, hash_str(key));
+    long found = find(m, key, rt_strmap_hash(key));
     if (found < 0) return NULL;
     size_t mask = m->capacity - 1;
     size_t i = (size_t)found;

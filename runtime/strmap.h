@@ -5,12 +5,16 @@
 #define HVD_RUNTIME_STRMAP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct rt_strmap {
     struct rt_strmap_slot *slots; /* capacity entries; key NULL = empty */
     size_t capacity;              /* power of two, or 0 before the first insert */
     size_t count;                 /* live entries */
 } rt_strmap;
+
+/* The hash the map uses for a key (FNV-1a, 64 bit). */
+uint64_t rt_strmap_hash(const char *s);
 
 void rt_strmap_init(rt_strmap *m);
 /* Frees the keys and the table (not the values). */

@@ -28,7 +28,8 @@
  * is printed too, in brackets).
  *
  * Options (each from 1 to 1000000): --large-iters N (5), --small-steps N (10), --neg-steps N (50),
- * --mid-iters N (50); --json FILE (rank 0 writes every result there as one JSON object, for
+ * --mid-iters N (50), --cache-slots N (HOROVOD_CACHE_CAPACITY of phases 1-3; default: the
+ * runtime's, 1024); --json FILE (rank 0 writes every result there as one JSON object, for
  * bench/runtime/runs.py). */
 #include <math.h>
 #include <stdbool.h>
@@ -308,6 +309,7 @@ static neg_result negotiation_cost(int t, int steps, int cache) {
 
 typedef struct options {
     int large_iters, small_steps, neg_steps, mid_iters;
+    int cache_slots; /* HOROVOD_CACHE_CAPACITY of the runtime phases 1-3; 0: the default */
     const char *json;
 } options;
 
@@ -345,8 +347,14 @@ static void run_all(const options *o, results *r) {
     /* Raw MPI, runtime not started. */
     raw_phases(o, r, 0, big_in, big_out, sm_in, sm_out);
 
-    /* The runtime, default settings (cache on, 128 MiB fusion, 1 ms cycle). */
-    unsetenv("HOROVOD_CACHE_CAPACITY");
+    /* The runtime, default settings (cache on, 128 MiB fusion, 1 ms cycle), or the slots
+     * --cache-slots gives. */
+    char slots[16];
+    snprintf(slots, sizeof slots, "%d", o->cache_slots);
+    if (o->cache_slots > 0)
+        setenv("HOROVOD_CACHE_CAPACITY", slots, 1);
+    else
+        unsetenv("HOROVOD_CACHE_CAPACITY");
     start_runtime();
     r->hvd_large = large_hvd(big_in, big_out, o->large_iters);
     for (int c = 0; c < N_COUNTS; c++)
@@ -451,6 +459,7 @@ int main(int argc, char **argv) {
                      : !strcmp(argv[i], "--small-steps") ? &o.small_steps
                      : !strcmp(argv[i], "--neg-steps")   ? &o.neg_steps
                      : !strcmp(argv[i], "--mid-iters")   ? &o.mid_iters
+                     : !strcmp(argv[i], "--cache-slots") ? &o.cache_slots
                                                          : NULL;
         bool json = !strcmp(argv[i], "--json");
         char *end = NULL;
@@ -459,7 +468,8 @@ int main(int argc, char **argv) {
             (count && (end == argv[i + 1] || *end || v < 1 || v > 1000000))) {
             fprintf(stderr,
                     "bench_runtime: bad option '%s': use --large-iters N, --small-steps N, "
-                    "--neg-steps N, --mid-iters N (each 1 to 1000000), --json FILE\n",
+                    "--neg-steps N, --mid-iters N, --cache-slots N (each 1 to 1000000), "
+                    "--json FILE\n",
                     argv[i]);
             return 2;
         }

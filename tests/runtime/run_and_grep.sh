@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs a program under mpirun and checks that it succeeded and that its combined output
-# matches every given extended regular expression.
-# Usage: run_and_grep.sh NP PROGRAM REGEX...
+# matches every given extended regular expression, and none of those written !REGEX.
+# Usage: run_and_grep.sh NP PROGRAM [!]REGEX...
 set -u
 np=$1 prog=$2
 shift 2
@@ -12,6 +12,9 @@ rc=$?
 cat "$log"
 [ "$rc" -eq 0 ] || { echo "FAIL: mpirun exited $rc"; exit 1; }
 for re in "$@"; do
-  grep -Eq -- "$re" "$log" || { echo "FAIL: output does not match: $re"; exit 1; }
+  case $re in
+    !*) ! grep -Eq -- "${re#!}" "$log" || { echo "FAIL: output matches: ${re#!}"; exit 1; } ;;
+    *) grep -Eq -- "$re" "$log" || { echo "FAIL: output does not match: $re"; exit 1; } ;;
+  esac
 done
 echo "output matches all $# patterns"

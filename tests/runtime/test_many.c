@@ -1,12 +1,16 @@
 /* 10,000 small tensors submitted in one step: negotiation, fusion and completion must cope
  * with a large response list (and a response cache smaller than the step), and every tensor
- * must come back right. */
+ * must come back right. $HVD_TEST_TENSORS sets another count; with $HVD_TEST_FRESH_NAMES=1
+ * every step uses new names (the response cache's warning about its size must not come). */
+#include <stdbool.h>
+
 #include "rt_testlib.h"
 
-#define NT 10000
-#define N  4 /* float32 elements per tensor */
+#define N 4 /* float32 elements per tensor */
 
 static int rank_, size_;
+static int NT = 10000;
+static bool fresh_names;
 
 static void step(int s) {
     float *in = malloc(sizeof(float) * NT * N), *out = malloc(sizeof(float) * NT * N);
@@ -17,7 +21,7 @@ static void step(int s) {
     int failed = 0;
     for (int k = 0; k < NT; k++) {
         char name[32];
-        snprintf(name, sizeof name, "many.%d", k);
+        snprintf(name, sizeof name, "many.%d.%d", fresh_names ? s : 0, k);
         hvd_err err = {0};
         if (hvd_allreduce_async(name, in + k * N, out + k * N, N, HVD_FLOAT32, HVD_OP_SUM,
                                 HVD_DEVICE_CPU, &h[k], &err) != 0) {
@@ -53,14 +57,18 @@ static void test_ten_thousand(void) {
     step(0);
     hvd_get_stats(&b);
     /* Fused: far fewer collective calls than tensors. */
-    CHECK_MSG(b.collective_calls - a.collective_calls < NT / 10, "%llu calls for %d tensors",
+    CHECK_MSG(b.collective_calls - a.collective_calls < (uint64_t)NT / 10,
+              "%llu calls for %d tensors",
               (unsigned long long)(b.collective_calls - a.collective_calls), NT);
-    CHECK(b.tensors_done - a.tensors_done == NT);
-    step(1); /* again, with the cache (capacity 1024) churning */
+    CHECK(b.tensors_done - a.tensors_done == (uint64_t)NT);
+    step(1); /* again, with the cache (capacity 1024 unless set) churning */
 }
 
 int main(void) {
     tl_init();
+    const char *nt = getenv("HVD_TEST_TENSORS"), *fresh = getenv("HVD_TEST_FRESH_NAMES");
+    if (nt && atoi(nt) > 0) NT = atoi(nt);
+    fresh_names = fresh && strcmp(fresh, "1") == 0;
     rank_ = hvd_rank();
     size_ = hvd_size();
     RUN(test_ten_thousand);

@@ -207,6 +207,47 @@ static rt_params mkp(int64_t count) {
     return p;
 }
 
+/* Names that come back after their eviction are counted (a cache too small for a step), for
+ * RT_CACHE_GONE_WINDOW x capacity evictions at least; names never seen again are not. */
+static void cache_see(rt_cache *c, const char *name) {
+    void *ev;
+    int s = rt_cache_lookup(c, name);
+    if (s >= 0)
+        rt_cache_touch(c, s);
+    else
+        rt_cache_put(c, strdup(name), &(rt_params){0}, &ev);
+}
+
+static void test_cache_returned(void) {
+    rt_cache c;
+    char name[32];
+    CHECK(rt_cache_init(&c, 4) == 0);
+    /* Three steps of 6 names through 4 slots: from the second step on, LRU has evicted each
+     * name before it comes back. */
+    for (int step = 0; step < 3; step++)
+        for (int k = 0; k < 6; k++) {
+            snprintf(name, sizeof name, "t.%d", k);
+            cache_see(&c, name);
+        }
+    CHECK_MSG(rt_cache_returned(&c) == 12, "%lld returned", (long long)rt_cache_returned(&c));
+    rt_cache_free(&c);
+
+    CHECK(rt_cache_init(&c, 4) == 0);
+    for (int k = 0; k < 10000; k++) { /* new names every time: none comes back */
+        snprintf(name, sizeof name, "fresh.%d", k);
+        cache_see(&c, name);
+    }
+    CHECK_MSG(rt_cache_returned(&c) == 0, "%lld returned", (long long)rt_cache_returned(&c));
+    cache_see(&c, "fresh.0"); /* evicted 9996 evictions ago: forgotten */
+    CHECK(rt_cache_returned(&c) == 0);
+    /* 9997 evictions so far; the one of eviction 9997 - RT_CACHE_GONE_WINDOW x capacity + 1
+     * (the window's oldest) is still remembered. */
+    snprintf(name, sizeof name, "fresh.%d", 9997 - RT_CACHE_GONE_WINDOW * 4);
+    cache_see(&c, name);
+    CHECK_MSG(rt_cache_returned(&c) == 1, "%lld returned", (long long)rt_cache_returned(&c));
+    rt_cache_free(&c);
+}
+
 static void test_cache(void) {
     /* Two caches fed the same sequence agree on every slot (what the bit vector relies on),
      * and eviction is least-recently-used. */
@@ -374,6 +415,7 @@ int main(void) {
     RUN(test_scaling_bits);
     RUN(test_strmap);
     RUN(test_cache);
+    RUN(test_cache_returned);
     RUN(test_codec);
     RUN(test_fusion_plan);
     return test_finish();
