@@ -283,7 +283,9 @@ static int not_running(hvd_err *err) {
     int code = g.ever_started ? HVD_E_SHUTDOWN : HVD_E_STATE;
     if (g.state == RT_ENDED || (g.ever_started && g.stop_reason[0]))
         return hvd_err_set(err, code, "the collective runtime has stopped: %s", g.stop_reason);
-    return hvd_err_set(err, code, "the collective runtime is not running: call hvd_init() first");
+    return hvd_err_set(err, code,
+                       "the collective runtime is not running: initialize it first (hvd.init() "
+                       "in Python, hvd_init() in C)");
 }
 
 int rt_submit(rt_entry *e, const char *name, hvd_handle *handle, hvd_err *err) {

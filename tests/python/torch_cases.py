@@ -24,9 +24,25 @@ def collectives(device="cpu"):
 
     import hvd_bridge.torch as hvd
     DEVICE[0] = device
+    bad = []
+    # Before init() and with a wrong argument: errors that say what to do.
+    try:
+        hvd.allreduce(torch.ones(1))
+        bad.append("allreduce before init() succeeded")
+    except ValueError as e:
+        if "hvd.init()" not in str(e):
+            bad.append("allreduce before init(): %s" % e)
     hvd.init()
     r, n = hvd.rank(), hvd.size()
-    bad = []
+    for call in (lambda: hvd.allreduce([1.0]), lambda: hvd.allreduce_([1.0]),
+                 lambda: hvd.grouped_allreduce([[1.0]]), lambda: hvd.broadcast_([1.0], 0),
+                 lambda: hvd.allgather([1.0])):
+        try:
+            call()
+            bad.append("rank %d: a list was taken for a tensor" % r)
+        except TypeError as e:
+            if "expected a torch.Tensor, got list" not in str(e):
+                bad.append("rank %d: a list for a tensor: %s" % (r, e))
 
     def expect(what, got, want):
         if not torch.equal(got.cpu(), want.cpu()):

@@ -127,6 +127,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """A new tensor holding the reduction of tensor over every rank (op: Average by default,
     Sum, Min, Max, Product). Differentiable."""
     _ops._check_process_set(process_set)
+    _ops._check_tensor(tensor)
     op = _ops._resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
     out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
@@ -144,6 +145,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """allreduce of a list of tensors (negotiated and fused together). Differentiable."""
     _ops._check_process_set(process_set)
+    for t in tensors:
+        _ops._check_tensor(t)
     op = _ops._resolve_op(op, average)
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
@@ -160,6 +163,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's tensor concatenated along dimension 0, in rank order. Differentiable."""
     _ops._check_process_set(process_set)
+    _ops._check_tensor(tensor)
     return _Allgather.apply(tensor, name)
 
 
@@ -170,6 +174,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """A new tensor holding root_rank's tensor on every rank. Differentiable."""
     _ops._check_process_set(process_set)
+    _ops._check_tensor(tensor)
     return _Broadcast.apply(tensor, root_rank, name)
 
 
@@ -182,6 +187,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[r] rows of tensor to rank r and returns what every rank sent here, in rank
     order; with splits given, (output, received_splits). Differentiable."""
     _ops._check_process_set(process_set)
+    _ops._check_tensor(tensor)
     out, received = _Alltoall.apply(tensor, splits, name)
     return out if splits is None else (out, received)
 
@@ -191,6 +197,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     """The reduction over every rank, scattered along dimension 0: the first (rows % size)
     ranks get one row more. Differentiable."""
     _ops._check_process_set(process_set)
+    _ops._check_tensor(tensor)
     compressed, ctx = compression.compress(tensor)
     out = _Reducescatter.apply(compressed, name, op, prescale_factor, postscale_factor)
     return compression.decompress(out, ctx)

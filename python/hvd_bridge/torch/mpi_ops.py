@@ -217,8 +217,14 @@ def _device(t):
     raise ValueError("tensors on %s are not supported" % t.device)
 
 
+def _check_tensor(t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("expected a torch.Tensor, got %s" % type(t).__name__)
+    return t
+
+
 def _contiguous(t):
-    return t if t.is_contiguous() else t.contiguous()
+    return t if _check_tensor(t).is_contiguous() else t.contiguous()
 
 
 def _rows(t):
@@ -342,7 +348,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Reduces tensor over every rank, in place; returns a handle."""
     _check_process_set(process_set)
     op = _resolve_op(op, average)
-    target = tensor if tensor.is_contiguous() else None
+    target = tensor if _check_tensor(tensor).is_contiguous() else None
     h, t, out = _allreduce_submit(tensor, target if target is not None else None,
                                   _name("allreduce", name), op, prescale_factor, postscale_factor)
     if target is not None:
@@ -375,7 +381,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     op = _resolve_op(op, average)
     subs = []
     for t, n in zip(tensors, _grouped_names(name, len(tensors))):
-        subs.append(_allreduce_submit(t, t if t.is_contiguous() else None,
+        subs.append(_allreduce_submit(t, t if _check_tensor(t).is_contiguous() else None,
                                       _name("grouped_allreduce", n), op, prescale_factor,
                                       postscale_factor))
 
@@ -452,7 +458,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Root's tensor, copied into tensor on every rank (in place)."""
     _check_process_set(process_set)
-    if tensor.is_contiguous():
+    if _check_tensor(tensor).is_contiguous():
         h = _broadcast_submit(tensor, root_rank, _name("broadcast", name))
         return _register([h], (tensor,), lambda: tensor)
     buf = tensor.contiguous()
