@@ -58,10 +58,22 @@ class RankOutcome:
 
 
 def payload(fn, args, kwargs):
-    """The pickled entry point every rank unpickles and calls."""
+    """The pickled entry point every rank unpickles and calls; TypeError saying so when fn,
+    args or kwargs cannot be pickled."""
     import cloudpickle
 
-    return cloudpickle.dumps((fn, tuple(args or ()), dict(kwargs or {})))
+    try:
+        return cloudpickle.dumps((fn, tuple(args or ()), dict(kwargs or {})))
+    except Exception as e:  # TypeError, PicklingError, AttributeError, ...: one message
+        raise TypeError("the function and its args and kwargs must be picklable (cloudpickle) "
+                        "to reach the ranks: %s" % e) from e
+
+
+def rank_count(n, what):
+    """n (a number of ranks given as argument what), checked: a whole number of at least 1."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError("%s must be a whole number of at least 1, got %r" % (what, n))
+    return n
 
 
 def rank_argv(executable):

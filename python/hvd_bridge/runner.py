@@ -139,7 +139,9 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
         raise ValueError("Argument hosts and hostfile only allow one provided.")
     if hostfile:
         hosts = _hostfile_hosts(hostfile)
-    np_ = np or num_proc or (_slots(hosts) if hosts else 1)
+    np_ = np if np is not None else num_proc if num_proc is not None else (
+        _slots(hosts) if hosts else 1)
+    _job.rank_count(np_, "np" if np is not None else "num_proc")
     nics = network_interfaces or (network_interface.split(",") if network_interface else None)
     extra = _job.mpi_args(mpi_args, env, prefix_output_with_timestamp)
     start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120)

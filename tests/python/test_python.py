@@ -26,6 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -277,9 +278,14 @@ def test_bad_args():
                           (dict(min_num_proc=1, hosts="a:1", host_discovery_script="x"),
                            NotImplementedError, "discovery script with ssh hosts"),
                           (dict(bogus=1), TypeError, "bogus"),
-                          (dict(env=["A=1"]), ValueError, "env must be a dict")):
+                          (dict(env=["A=1"]), ValueError, "env must be a dict"),
+                          (dict(np=0), ValueError, "np must be a whole number of at least 1"),
+                          (dict(np=None, num_proc=-2), ValueError, "num_proc must be a whole"),
+                          (dict(np="2"), ValueError, "got '2'"),
+                          (dict(args=(threading.Lock(),)), TypeError,
+                           "must be picklable (cloudpickle) to reach the ranks: cannot pickle")):
         try:
-            hvd_bridge.run(rank_info, args=(1,), np=1, **kw)
+            hvd_bridge.run(rank_info, **dict(dict(args=(1,), np=1), **kw))
         except exc as e:
             check(text in str(e), "%r: %s" % (kw, e))
         else:

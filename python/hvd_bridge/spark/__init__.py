@@ -191,7 +191,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
                            "session?")
     if use_gloo:
         raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
-    num_proc = num_proc or sc.defaultParallelism
+    num_proc = _job.rank_count(num_proc if num_proc is not None else sc.defaultParallelism,
+                               "num_proc")
     start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600)
     mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
     driver = _core.Driver(num_proc, _job.rank_argv(executable), payload=_job.payload(fn, args,
@@ -236,7 +237,8 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
     if sc is None:
         raise RuntimeError("Could not find an active SparkContext, are you running in a PySpark "
                            "session?")
-    num_proc = num_proc or sc.defaultParallelism
+    num_proc = _job.rank_count(num_proc if num_proc is not None else sc.defaultParallelism,
+                               "num_proc")
     min_np = min_np or min_num_proc or num_proc
     max_np = max_np or max_num_proc or max(num_proc, min_np)
     if not 1 <= min_np <= num_proc <= max_np:
