@@ -225,6 +225,10 @@ typedef struct job_end_info {
     const char *stopped;
 } job_end_info;
 
+/* How the launcher itself ended the job, if it did: prints it (--timeout; a stop and its
+ * reason) and puts the reason for the last line into why (cap bytes; "" if it did not). */
+void job_stop_reason(const launch_opts *o, const hvd_launch_outcome *out, char *why, size_t cap);
+
 /* Prints the summary table and writes the JSON file if asked. Returns the process exit
  * status: 0 if mpirun and every rank succeeded, else non-zero with a last line naming the part
  * of the job that failed first: why it was stopped; else mpirun killed from outside; else the

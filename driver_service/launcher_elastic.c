@@ -138,15 +138,12 @@ int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks 
     int rc = hvd_launch_elastic(d, &lc, &ec, &out, &eo, &err);
     free(j.hosts);
     char why[512];
-    watch_stop_reason(why, sizeof why);
     if (rc != 0) {
+        watch_stop_reason(why, sizeof why);
         fprintf(stderr, "hvd-driver: %s\n", why[0] ? why : err.msg);
         return 1;
     }
-    if (out.timed_out)
-        fprintf(stderr, "hvd-driver: the job ran past --timeout %d s; mpirun was stopped\n",
-                o->timeout_s);
-    if (why[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", why);
+    job_stop_reason(o, &out, why, sizeof why);
     fprintf(stderr, "hvd-driver: elastic job: %d reset%s; the last launch had %d ranks\n",
             eo.resets, eo.resets == 1 ? "" : "s", eo.ranks);
     job_end_info end = {.mpirun = &out, .stopped = why};

@@ -310,14 +310,8 @@ static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
         print_start_error(&err, ssh);
         return 1;
     }
-    if (out.timed_out)
-        fprintf(stderr, "hvd-driver: the job ran past --timeout %d s; mpirun was stopped\n",
-                o->timeout_s);
     char why[512];
-    watch_stop_reason(why, sizeof why);
-    if (why[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", why);
-    if (!why[0] && out.timed_out)
-        snprintf(why, sizeof why, "the job ran past --timeout %d s", o->timeout_s);
+    job_stop_reason(o, &out, why, sizeof why);
     job_end_info end = {.mpirun = &out, .stopped = why};
     return report_results(d, o, &end);
 }

@@ -223,6 +223,16 @@ static int blame(hvd_driver *d, const hvd_rank_result *r, size_t n, const job_en
     return end->stopped[0] ? 1 : fallback;
 }
 
+void job_stop_reason(const launch_opts *o, const hvd_launch_outcome *out, char *why, size_t cap) {
+    if (out->timed_out)
+        fprintf(stderr, "hvd-driver: the job ran past --timeout %d s; mpirun was stopped\n",
+                o->timeout_s);
+    watch_stop_reason(why, cap);
+    if (why[0]) fprintf(stderr, "hvd-driver: stopping the job: %s\n", why);
+    if (!why[0] && out->timed_out)
+        snprintf(why, cap, "the job ran past --timeout %d s", o->timeout_s);
+}
+
 int report_results(hvd_driver *d, const launch_opts *o, const job_end_info *end) {
     hvd_rank_result *r = NULL;
     size_t n = 0;

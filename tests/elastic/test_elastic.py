@@ -450,6 +450,24 @@ def test_launch_stalls():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_job_timeout():
+    """An elastic job that runs past --timeout is stopped, and its last line says so (not "no
+    part of the job failed on its own", nor what stopping it made fail). Nothing is left."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        rc, so, se, dt = hvdtest.run(
+            [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "--min-np", "2", "--local",
+             "2", "--timeout", "3", "--", "sleep", "60"],
+            hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+        check(rc != 0, "the job must fail:\n%s" % se[-3000:])
+        last = [l for l in se.splitlines() if l.startswith("hvd-driver:")][-1]
+        check(re.match(r"hvd-driver: job failed: the job ran past --timeout 3 s\b", last),
+              "the last line names the timeout: %s" % last)
+        check("Forwarding signal" not in so + se, "a line about a forwarded signal:\n" + se)
+        check(dt < 60, "the job ended %.1f s after its start, timeout 3 s" % dt)
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_horovodrun_flags():
     """horovodrun's command line: -H localhost:N runs local task services, --output-filename
     writes one log per rank, the command may follow the options without --, a hostfile's
