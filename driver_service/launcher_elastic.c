@@ -7,12 +7,13 @@
 #include <unistd.h>
 
 #include "common/proc.h"
+#include "hvd/net.h"
 #include "launcher.h"
 
 /* A host a discovery script named: a fake host (--local), its tasks lt->procs[proc..proc+n);
  * or an ssh host (--ssh), its session ssh_tasks_add_host's number proc. */
 typedef struct found_host {
-    char name[256]; /* as the script named it (--local: the host hash) */
+    char name[256]; /* as the script named it (--local: the host hash, but see local_hash) */
     int first, n;   /* task indices first..first+n-1 */
     int proc;
 } found_host;
@@ -33,15 +34,37 @@ static void progress_line(void *user, const char *line) {
     fprintf(stderr, "hvd-driver: %s\n", line);
 }
 
-/* Whether a discovered name may get task services: never this machine (mpirun would start
- * orted there itself, outside every task service); with --local, a host hash as it is. */
-static bool name_ok(const elastic_job *j, const char *name) {
+/* Whether host names this machine. */
+static bool is_this_machine(const char *host) {
     char me[256] = "";
     gethostname(me, sizeof me - 1);
+    return !strcmp(host, "localhost") || !strcmp(host, me) || !strcmp(host, "127.0.0.1");
+}
+
+/* Whether a discovered name may get task services. With --ssh, never this machine (mpirun
+ * would start orted there itself, outside every task service); with --local, a host hash
+ * (this machine's names too, as Horovod's local runs have them: see local_hash). */
+static bool name_ok(const elastic_job *j, const char *name) {
     const char *at = strrchr(name, '@');
-    const char *host = j->ssh && at ? at + 1 : name;
-    return (j->ssh || hvd_host_hash_valid(name)) && strcmp(host, "localhost") != 0 &&
-           strcmp(host, me) != 0 && strcmp(host, "127.0.0.1") != 0 && strlen(name) < 256;
+    if (j->ssh) return !is_this_machine(at ? at + 1 : name) && strlen(name) < 256;
+    return hvd_host_hash_valid(name) &&
+           (!is_this_machine(name) || strlen(name) + 33 < HVD_HOST_HASH_MAX);
+}
+
+/* The host hash of a --local host's task services: its name; for a name of this machine
+ * ("localhost:2", as in Horovod's local examples), the name, '-' and 32 hex digits, which
+ * still counts as that host (docs/elastic.md, "Hosts") but is no name mpirun would take for
+ * this machine and start orted on itself, outside every task service. */
+static void local_hash(const char *name, char out[HVD_HOST_HASH_MAX]) {
+    if (!is_this_machine(name)) {
+        snprintf(out, HVD_HOST_HASH_MAX, "%.127s", name);
+        return;
+    }
+    char hh[HVD_HOST_HASH_MAX];
+    hvd_err err;
+    const char *dash = hvd_host_hash(hh, "hvd-driver-local", &err) == 0 ? strrchr(hh, '-') : NULL;
+    snprintf(out, HVD_HOST_HASH_MAX, "%.94s%s", name,
+             dash && strlen(dash) == 33 ? dash : "-00000000000000000000000000000000");
 }
 
 /* Whether every task of a host has ended (killed, say; its ssh session gone). */
@@ -59,8 +82,10 @@ static void start_host(elastic_job *j, found_host *h) {
     if (j->ssh) {
         rc = h->proc = ssh_tasks_add_host(j->ssh, h->name, h->first, h->n, &err);
     } else {
+        char hash[HVD_HOST_HASH_MAX];
+        local_hash(h->name, hash);
         h->proc = j->lt->n;
-        rc = local_host_start(j->lt, j->o, j->dir, j->job_env, h->name, h->first, h->n, &err);
+        rc = local_host_start(j->lt, j->o, j->dir, j->job_env, hash, h->first, h->n, &err);
     }
     if (rc < 0)
         fprintf(stderr, "hvd-driver: warning: cannot start the tasks of host %s: %s\n", h->name,
@@ -79,10 +104,10 @@ static void on_hosts(void *user, const hvd_elastic_host *v, size_t n) {
             continue;
         }
         if (!name_ok(j, v[i].name) || j->next_index + v[i].slots > HVD_ELASTIC_LOCAL_TASKS_MAX) {
-            fprintf(stderr,
-                    "hvd-driver: warning: not starting host '%s' (%snot this machine's name; "
-                    "at most %d tasks)\n",
-                    v[i].name, j->ssh ? "" : "a fake host's name is 1 to 127 of [A-Za-z0-9_-], ",
+            fprintf(stderr, "hvd-driver: warning: not starting host '%s' (%s; at most %d tasks)\n",
+                    v[i].name,
+                    j->ssh ? "not this machine's name"
+                           : "a fake host's name is 1 to 127 of [A-Za-z0-9_-]",
                     HVD_ELASTIC_LOCAL_TASKS_MAX);
             continue;
         }

@@ -468,6 +468,28 @@ def test_job_timeout():
     hvdtest.assert_no_leftovers(mark)
 
 
+def test_discovery_localhost():
+    """A discovery script that names this machine ("localhost:2", as Horovod's local examples
+    do) with --local: the job runs on 2 local task services whose host hash is localhost, '-'
+    and 32 hex digits (a name mpirun would take for this machine it would start orted on
+    itself, outside every task service). Nothing is left."""
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "hosts.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho localhost:2\n")
+        os.chmod(script, 0o755)
+        rc, so, se, dt = hvdtest.run(
+            [os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "--min-np", "1", "--local",
+             "1", "--host-discovery-script", script, "--", "true"],
+            hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+        check(rc == 0, "the job failed (%d):\n%s" % (rc, se[-3000:]))
+        hosts = re.findall(r"^hvd-driver: \d+\s+\d+\s+(\S+)\s+0\s*$", se, re.M)
+        check(len(hosts) == 2 and all(re.fullmatch(r"localhost-[0-9a-f]{32}", h) for h in hosts),
+              "2 ranks on localhost-<32 hex>: %s\n%s" % (hosts, se[-3000:]))
+    hvdtest.assert_no_leftovers(mark)
+
+
 def test_horovodrun_flags():
     """horovodrun's command line: -H localhost:N runs local task services, --output-filename
     writes one log per rank, the command may follow the options without --, a hostfile's
