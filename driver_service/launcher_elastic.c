@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/proc.h"
+#include "common/strv.h"
 #include "hvd/net.h"
 #include "launcher.h"
 
@@ -27,7 +28,22 @@ typedef struct elastic_job {
     found_host *hosts;
     size_t nhosts;
     int next_index; /* the next task index a new host gets */
+    char **refused; /* names not started, said once each (NULL-terminated, or NULL) */
 } elastic_job;
+
+/* Says once per name why a discovered host gets no task services. */
+static void refuse_host(elastic_job *j, const char *name) {
+    if (j->refused && hvd_strv_has((const char *const *)j->refused, name)) return;
+    fprintf(stderr, "hvd-driver: warning: not starting host '%s' (%s; at most %d tasks)\n", name,
+            j->ssh ? "not this machine's name" : "a fake host's name is 1 to 127 of [A-Za-z0-9_-]",
+            HVD_ELASTIC_LOCAL_TASKS_MAX);
+    size_t n = j->refused ? hvd_strv_len((const char *const *)j->refused) : 0;
+    char **v = realloc(j->refused, (n + 2) * sizeof *v);
+    if (!v) return;
+    j->refused = v;
+    v[n] = strdup(name);
+    v[n + (v[n] != NULL)] = NULL;
+}
 
 static void progress_line(void *user, const char *line) {
     (void)user;
@@ -104,11 +120,7 @@ static void on_hosts(void *user, const hvd_elastic_host *v, size_t n) {
             continue;
         }
         if (!name_ok(j, v[i].name) || j->next_index + v[i].slots > HVD_ELASTIC_LOCAL_TASKS_MAX) {
-            fprintf(stderr, "hvd-driver: warning: not starting host '%s' (%s; at most %d tasks)\n",
-                    v[i].name,
-                    j->ssh ? "not this machine's name"
-                           : "a fake host's name is 1 to 127 of [A-Za-z0-9_-]",
-                    HVD_ELASTIC_LOCAL_TASKS_MAX);
+            refuse_host(j, v[i].name);
             continue;
         }
         found_host *g = realloc(j->hosts, (j->nhosts + 1) * sizeof *g);
@@ -162,6 +174,7 @@ int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks 
     hvd_err err;
     int rc = hvd_launch_elastic(d, &lc, &ec, &out, &eo, &err);
     free(j.hosts);
+    hvd_strv_free(j.refused);
     char why[512];
     if (rc != 0) {
         watch_stop_reason(why, sizeof why);
