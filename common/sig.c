@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 static int pipe_w = -1;  /* the handler's end */
+static pid_t owner;      /* the process that installed the handler */
 static int first_signal; /* written by the handler, read by any thread (atomic) */
 
 /* One signal on the pipe: written whole (well under PIPE_BUF, so never split). */
@@ -21,6 +22,17 @@ typedef struct sig_record {
 static void on_signal(int sig, siginfo_t *si, void *uc) {
     (void)uc;
     int saved = errno;
+    if (getpid() != owner) {
+        /* A child forked without exec (by an entry point running inside hvd-exec, say)
+         * inherited this handler: the signal is its own, to act on as if none were installed,
+         * not a record on its parent's pipe. Blocked until this returns, then default. */
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sig, &dfl, NULL);
+        raise(sig);
+        errno = saved;
+        return;
+    }
     int zero = 0;
     __atomic_compare_exchange_n(&first_signal, &zero, sig, false, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST);
@@ -35,6 +47,7 @@ int hvd_signals_install(hvd_err *err) {
         return hvd_err_set(err, HVD_E_INTERNAL, "cannot create the signal pipe: %s",
                            strerror(errno));
     pipe_w = p[1];
+    owner = getpid();
     struct sigaction sa = {.sa_sigaction = on_signal};
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_SIGINFO;

@@ -251,6 +251,9 @@ int drv_install_agent_handlers(hvd_driver *d);
  * *seq when it was lost (d->mu held). Returns 1 if its connection timed out (a partition), 0
  * if it broke, -1 if no task is lost (buf untouched). */
 int drv_lost_text(hvd_driver *d, char *buf, size_t cap, uint64_t *seq);
+/* hvd_first_failed_rank among what reached the driver before limit (in drv_registry.seq's
+ * order; UINT64_MAX: everything). */
+int drv_first_failed_before(const hvd_rank_result *r, size_t n, uint64_t limit);
 
 /* How many WAIT_SHUTDOWN calls are held now (any thread; for tests and diagnostics). */
 size_t drv_held_count(hvd_driver *d);

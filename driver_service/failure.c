@@ -479,12 +479,12 @@ hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, siz
                                     size_t cap) {
     if (cap == 0) return HVD_FAILURE_NONE;
     buf[0] = '\0';
-    int bad = hvd_first_failed_rank(r, n);
     pthread_mutex_lock(&d->mu);
     /* From `limit` on, in the order things reached the driver, failures followed the
      * launcher's own stop (hvd_driver_stopping_job). */
     uint64_t limit = d->stopping_seq ? d->stopping_seq : UINT64_MAX;
-    uint64_t best = bad >= 0 && r[bad].present && r[bad].order < limit ? r[bad].order : limit;
+    int bad = drv_first_failed_before(r, n, limit);
+    uint64_t best = bad >= 0 && r[bad].present ? r[bad].order : limit;
     hvd_failure_kind kind = best != limit ? HVD_FAILURE_RANK : HVD_FAILURE_NONE;
     if (kind) hvd_rank_failure_text(&r[bad], buf, cap);
     uint64_t seq;
@@ -509,9 +509,7 @@ hvd_failure_kind hvd_driver_failure(hvd_driver *d, const hvd_rank_result *r, siz
             snprintf(buf, cap, "%s", d->events[i].text);
         }
     pthread_mutex_unlock(&d->mu);
-    /* A silent rank: one whose connection closed before any stop. */
-    if (kind == HVD_FAILURE_NONE && bad >= 0 &&
-        (!stopping || (r[bad].gone && r[bad].gone < limit))) {
+    if (kind == HVD_FAILURE_NONE && bad >= 0) { /* a silent rank (gone before any stop) */
         hvd_rank_failure_text(&r[bad], buf, cap);
         kind = HVD_FAILURE_SILENT_RANK;
     }

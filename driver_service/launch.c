@@ -564,6 +564,13 @@ static void stop_mpirun(hvd_driver *d, hvd_proc *p, int delay_ms) {
         hvd_proc_abort_within(p, delay_ms);
 }
 
+/* Whether mpirun is being stopped already: one stop at a time, so that the first reason (a
+ * stalled start, the timeout, a stop request) is the one reported (a lost task only cuts the
+ * kill delay short). */
+static bool stopping(const hvd_launch_outcome *out) {
+    return out->late || out->timed_out || out->stopped;
+}
+
 /* Waits for mpirun, stopping it on timeout, a stalled start or *stop. */
 static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg, int start_ms,
                         hvd_launch_outcome *out) {
@@ -579,18 +586,18 @@ static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg
         }
         if (start_deadline >= 0 && hvd_now_ms() >= start_deadline) {
             start_deadline = -1;
-            if (!out->timed_out && !out->stopped && !ranks_on_time(d, cfg, start_ms)) {
+            if (!stopping(out) && !ranks_on_time(d, cfg, start_ms)) {
                 out->late = true;
                 stop_mpirun(d, p, -1);
             }
         }
-        if (!out->timed_out && !out->stopped && deadline >= 0 && hvd_now_ms() >= deadline) {
+        if (!stopping(out) && deadline >= 0 && hvd_now_ms() >= deadline) {
             out->timed_out = true;
             launch_log(cfg, "the job ran past its timeout of %d s; stopping mpirun",
                        cfg->timeout_s);
             stop_mpirun(d, p, -1);
         }
-        if (!out->timed_out && !out->stopped && stop_requested(cfg)) {
+        if (!stopping(out) && stop_requested(cfg)) {
             out->stopped = true;
             stop_mpirun(d, p, -1);
         }

@@ -200,7 +200,7 @@ static int blame(hvd_driver *d, const hvd_rank_result *r, size_t n, const job_en
     }
     hvd_failure_kind kind = hvd_driver_failure(d, r, n, why, cap);
     if (kind == HVD_FAILURE_RANK) {
-        int bad = hvd_first_failed_rank(r, n);
+        int bad = hvd_driver_first_failed_rank(d, r, n);
         return r[bad].status > 0 && r[bad].status < 256 ? r[bad].status : 1;
     }
     if (kind != HVD_FAILURE_NONE) return fallback;
@@ -252,8 +252,8 @@ int report_results(hvd_driver *d, const launch_opts *o, const job_end_info *end)
     char why[1024] = "";
     int rc = ok ? 0 : blame(d, r, n, end, why, sizeof why);
     if (!ok) fprintf(stderr, "hvd-driver: job failed: %s\n", why);
-    if (o->results_json && write_json(o->results_json, r, n, status, hvd_first_failed_rank(r, n),
-                                      ok ? NULL : why) != 0)
+    if (o->results_json && write_json(o->results_json, r, n, status,
+                                      hvd_driver_first_failed_rank(d, r, n), ok ? NULL : why) != 0)
         fprintf(stderr, "hvd-driver: cannot write %s\n", o->results_json);
     hvd_driver_results_free(r, n);
     return rc;

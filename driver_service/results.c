@@ -60,10 +60,12 @@ int hvd_driver_results(hvd_driver *d, hvd_rank_result **out, size_t *n, hvd_err 
 }
 
 /* How a rank failed, for hvd_first_failed_rank: lower tiers were the cause more likely; -1:
- * not a failure of its own. */
-static int failure_tier(const hvd_rank_result *r, bool any_reported) {
-    if (!r->present) return any_reported ? 2 : -1;
-    if (r->status == 0 || r->stopped) return -1;
+ * not a failure of its own. What reached the driver from `limit` on (in the order of
+ * hvd_rank_result.order) followed from the launcher's own stop and is not one either. */
+static int failure_tier(const hvd_rank_result *r, bool any_reported, uint64_t limit) {
+    if (!r->present)
+        return any_reported && (limit == UINT64_MAX || (r->gone && r->gone < limit)) ? 2 : -1;
+    if (r->status == 0 || r->stopped || r->order >= limit) return -1;
     return r->status > 0 && r->status < 128 ? 0 : 1;
 }
 
@@ -74,13 +76,13 @@ static bool earlier(const hvd_rank_result *a, const hvd_rank_result *b, int t) {
     return a->gone && (!b->gone || a->gone < b->gone);
 }
 
-int hvd_first_failed_rank(const hvd_rank_result *r, size_t n) {
+int drv_first_failed_before(const hvd_rank_result *r, size_t n, uint64_t limit) {
     bool any_reported = false;
     for (size_t i = 0; i < n; i++)
         any_reported |= r[i].present;
     int best = -1, best_tier = 3;
     for (size_t i = 0; i < n; i++) {
-        int t = failure_tier(&r[i], any_reported);
+        int t = failure_tier(&r[i], any_reported, limit);
         if (t < 0) continue;
         if (t < best_tier || (t == best_tier && earlier(&r[i], &r[best], t))) {
             best = (int)i;
@@ -88,6 +90,17 @@ int hvd_first_failed_rank(const hvd_rank_result *r, size_t n) {
         }
     }
     return best;
+}
+
+int hvd_first_failed_rank(const hvd_rank_result *r, size_t n) {
+    return drv_first_failed_before(r, n, UINT64_MAX);
+}
+
+int hvd_driver_first_failed_rank(hvd_driver *d, const hvd_rank_result *r, size_t n) {
+    pthread_mutex_lock(&d->mu);
+    uint64_t limit = d->stopping_seq ? d->stopping_seq : UINT64_MAX;
+    pthread_mutex_unlock(&d->mu);
+    return drv_first_failed_before(r, n, limit);
 }
 
 /* Ranks that started (SET_LOCAL_RANK) and have not reported (d->mu held). */

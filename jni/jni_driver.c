@@ -293,7 +293,7 @@ static hvd_failure_kind failure_of(JNIEnv *env, jlong h, char *text, size_t cap,
         return HVD_FAILURE_NONE;
     }
     hvd_failure_kind kind = hvd_driver_failure(jd->d, r, n, text, cap);
-    *bad = hvd_first_failed_rank(r, n);
+    *bad = hvd_driver_first_failed_rank(jd->d, r, n);
     hvd_driver_results_free(r, n);
     return kind;
 }

@@ -641,19 +641,26 @@ static bool execute(rt_cycle *b, bool no_fusion) {
     return true;
 }
 
-/* Says once, on rank 0, when a whole cache's worth of names came back after the cache had
- * evicted them: a step submits more names than it has slots, so each of them is negotiated
- * in full every time (docs/runtime.md, "Knobs"). */
+/* Says once, on rank 0, when the cache churns more than it serves: in a window that ends once
+ * a whole cache's worth of names came back after the cache had evicted them, fewer names were
+ * taken from the cache than came back. A step then submits more names than there are slots,
+ * and each of them is negotiated in full every time (docs/runtime.md, "Knobs"). Names that
+ * come back now and then (an evaluation every few hundred steps) leave the cache serving far
+ * more than that. */
 static void warn_cache_small(rt_cycle *b) {
-    int64_t back = rt_cache_returned(&b->cache);
-    if (b->cache_small || b->rank != 0 || b->cache.capacity <= 0 || back < b->cache.capacity)
-        return;
+    if (b->cache_small || b->rank != 0 || b->cache.capacity <= 0) return;
+    int64_t back = rt_cache_returned(&b->cache) - b->cache_window_back;
+    if (back < b->cache.capacity) return;
+    uint64_t hits = b->stats.cached_responses - b->cache_window_hits;
+    b->cache_window_back = rt_cache_returned(&b->cache);
+    b->cache_window_hits = b->stats.cached_responses;
+    if (hits >= (uint64_t)back) return;
     b->cache_small = true;
     rt_log("the response cache is too small for this job: %lld tensor names were submitted "
-           "again after it had evicted them (HOROVOD_CACHE_CAPACITY=%d slots), so each of them "
-           "is negotiated in full every time; set HOROVOD_CACHE_CAPACITY above the number of "
-           "tensors submitted per step",
-           (long long)back, b->cache.capacity);
+           "again after it had evicted them, while it served %llu (HOROVOD_CACHE_CAPACITY=%d "
+           "slots), so they are negotiated in full every time; set HOROVOD_CACHE_CAPACITY above "
+           "the number of tensors submitted per step",
+           (long long)back, (unsigned long long)hits, b->cache.capacity);
 }
 
 /* Step 8: remember the negotiated names (from first_negotiated on, in the agreed order, so

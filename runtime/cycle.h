@@ -47,14 +47,16 @@ typedef struct rt_cycle {
     int64_t fusable_device; /* the same on the device */
     int64_t nfusable_host;  /* how many allreduces those are */
     int64_t nfusable_device;
-    int device;        /* CUDA device of this rank's device tensors, -1 before one */
-    bool fusion_short; /* the last fusion buffer reservation failed (logged once) */
-    bool cache_small;  /* the response cache was found too small for a step (logged once) */
-    rt_entry *orphans; /* drained entries that could not be recorded (out of memory) */
-    hvd_err broken;    /* this rank's bookkeeping failure (code 0 if none) */
-    bool alone;        /* this rank left the collective sequence its peers are in (see cycle.c) */
-    bool joined;       /* this rank's join was sent and has not completed */
-    int join_device;   /* the CUDA device its join gave for zeros, or HVD_DEVICE_CPU */
+    int device;                /* CUDA device of this rank's device tensors, -1 before one */
+    bool fusion_short;         /* the last fusion buffer reservation failed (logged once) */
+    bool cache_small;          /* the response cache was found too small for a step (logged once) */
+    int64_t cache_window_back; /* rt_cache_returned when the current window began */
+    uint64_t cache_window_hits; /* stats.cached_responses then */
+    rt_entry *orphans;          /* drained entries that could not be recorded (out of memory) */
+    hvd_err broken;             /* this rank's bookkeeping failure (code 0 if none) */
+    bool alone;      /* this rank left the collective sequence its peers are in (see cycle.c) */
+    bool joined;     /* this rank's join was sent and has not completed */
+    int join_device; /* the CUDA device its join gave for zeros, or HVD_DEVICE_CPU */
     rt_entry_vec standins; /* this cycle's stand-ins (owned), also listed in run */
     void *zeros, *sink;    /* host stand-ins' input (zeros) and output, standin_cap bytes each */
     size_t standin_cap;

@@ -44,9 +44,9 @@ void rt_cache_touch(rt_cache *c, int slot);
 int rt_cache_put(rt_cache *c, char *name, const rt_params *p, void **evicted_user);
 void rt_cache_erase(rt_cache *c, int slot);
 /* How many names put so far had been evicted lately (within the last RT_CACHE_GONE_WINDOW x
- * capacity evictions, at least). A cache too small for the names a step uses evicts each of
- * them before it comes back, so every step is negotiated in full; names that are new every
- * time (never submitted again) are not counted. */
+ * capacity evictions at least, but never more than 2^19 evictions back). A cache too small for the
+ * names a step uses evicts each of them before it comes back, so every step is negotiated in full;
+ * names that are new every time (never submitted again) are not counted. */
 int64_t rt_cache_returned(const rt_cache *c);
 /* Opaque per-slot pointer for the engine (its pending entry waiting on that slot). */
 void rt_cache_set_user(rt_cache *c, int slot, void *user);

@@ -112,6 +112,10 @@ typedef struct hvd_rank_result {
  * count, nor do silent ranks when no rank reported at all (the job never got to them). */
 int hvd_first_failed_rank(const hvd_rank_result *r, size_t n);
 
+/* hvd_first_failed_rank, leaving out what reached the driver after the launcher began to stop
+ * the job (hvd_driver_stopping_job): the rank hvd_driver_failure names. Any thread. */
+int hvd_driver_first_failed_rank(hvd_driver *d, const hvd_rank_result *r, size_t n);
+
 /* What failed first in a job, as far as the driver saw (hvd_driver_failure). */
 typedef enum hvd_failure_kind {
     HVD_FAILURE_NONE = 0,    /* nothing the driver saw failed on its own */

@@ -365,7 +365,7 @@ static PyObject *driver_results(DriverObject *self, PyObject *unused) {
 }
 
 /* failure() -> (text or None, first_failed_rank or -1): the part of the job that failed first
- * on its own (hvd_driver_failure), and the rank that did (hvd_first_failed_rank). */
+ * on its own (hvd_driver_failure), and the rank that did (hvd_driver_first_failed_rank). */
 static PyObject *driver_failure(DriverObject *self, PyObject *unused) {
     (void)unused;
     hvd_driver *d = driver_of(self);
@@ -376,7 +376,7 @@ static PyObject *driver_failure(DriverObject *self, PyObject *unused) {
     if (hvd_driver_results(d, &r, &n, &err) != 0) return raise_err(&err);
     char text[HVD_ERR_MAX * 2];
     hvd_failure_kind kind = hvd_driver_failure(d, r, n, text, sizeof text);
-    int bad = hvd_first_failed_rank(r, n);
+    int bad = hvd_driver_first_failed_rank(d, r, n);
     hvd_driver_results_free(r, n);
     return Py_BuildValue("(zi)", kind == HVD_FAILURE_NONE ? NULL : text, bad);
 }

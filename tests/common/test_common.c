@@ -142,6 +142,20 @@ static void test_signals(void) {
               (int)sender, SIGTERM, (int)child);
     raise(SIGPIPE); /* ignored: we are still here */
     CHECK(1);
+    /* A child forked without exec that gets SIGTERM ends by it, as without the handler, and
+     * nothing reaches the parent's pipe. */
+    child = fork();
+    if (child == 0) {
+        for (int i = 0; i < 500; i++)
+            usleep(10 * 1000);
+        _exit(3);
+    }
+    usleep(50 * 1000);
+    CHECK(child > 0 && kill(child, SIGTERM) == 0);
+    CHECK(waitpid(child, &st, 0) == child);
+    CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "the forked child's status: %#x", st);
+    usleep(20 * 1000);
+    CHECK(hvd_signals_next(fd) == 0);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
     signal(SIGINT, SIG_DFL);

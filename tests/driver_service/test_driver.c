@@ -1117,6 +1117,25 @@ static void test_stopping_job(void) {
     CHECK_MSG(kind == HVD_FAILURE_RANK && strstr(buf, "boom again"), "%s", buf);
     hvd_client_close(c);
     hvd_driver_stop(d);
+
+    d = start_driver(4, NULL, NULL, NULL);
+    c = d ? register_xy(d) : NULL;
+    for (uint32_t r = 0; c && r < 2; r++)
+        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    /* A rank killed by a signal before the stop outranks one that exits with a status of its
+     * own after it (which would come first without the stop). */
+    CHECK(report_result(c, 0, 0, 139, "", "segfault", &err) == 0);
+    hvd_driver_stopping_job(d);
+    CHECK(report_result(c, 1, 1, 1, "", "its peer died", &err) == 0);
+    failure_of(d, &kind, buf, sizeof buf);
+    CHECK_MSG(kind == HVD_FAILURE_RANK && strstr(buf, "segfault"), "%s", buf);
+    hvd_rank_result *res;
+    size_t nres;
+    CHECK(hvd_driver_results(d, &res, &nres, &err) == 0);
+    CHECK(hvd_driver_first_failed_rank(d, res, nres) == 0 && hvd_first_failed_rank(res, nres) == 1);
+    hvd_driver_results_free(res, nres);
+    hvd_client_close(c);
+    hvd_driver_stop(d);
 }
 
 int main(void) {
