@@ -1083,6 +1083,18 @@ static void test_launch_failed(void) {
     hvd_driver_stop(d);
 }
 
+/* A driver of 4 tasks on hosts hx and hy (register_xy) whose ranks 0 and 1 have started; its
+ * client in *c. */
+static hvd_driver *two_ranks_started(hvd_client **c) {
+    hvd_err err;
+    uint32_t idx;
+    hvd_driver *d = start_driver(4, NULL, NULL, NULL);
+    *c = d ? register_xy(d) : NULL;
+    for (uint32_t r = 0; *c && r < 2; r++)
+        CHECK(set_local_rank(*c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    return d;
+}
+
 /* What fails after the launcher began to stop the job (hvd_driver_stopping_job) is the stop's
  * doing and is not named; what failed before it still is; the next job starts afresh. */
 static void test_stopping_job(void) {
@@ -1090,10 +1102,8 @@ static void test_stopping_job(void) {
     hvd_failure_kind kind;
     hvd_err err;
     uint32_t idx;
-    hvd_driver *d = start_driver(4, NULL, NULL, NULL);
-    hvd_client *c = d ? register_xy(d) : NULL;
-    for (uint32_t r = 0; c && r < 2; r++)
-        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    hvd_client *c;
+    hvd_driver *d = two_ranks_started(&c);
     CHECK(report_result(c, 0, 0, 1, "", "boom", &err) == 0);
     hvd_driver_stopping_job(d);
     CHECK(report_result(c, 1, 1, 143, "", "killed by the stop", &err) == 0);
@@ -1102,10 +1112,7 @@ static void test_stopping_job(void) {
     hvd_client_close(c);
     hvd_driver_stop(d);
 
-    d = start_driver(4, NULL, NULL, NULL);
-    c = d ? register_xy(d) : NULL;
-    for (uint32_t r = 0; c && r < 2; r++)
-        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    d = two_ranks_started(&c);
     hvd_driver_stopping_job(d);
     CHECK(report_result(c, 1, 1, 143, "", "killed by the stop", &err) == 0);
     failure_of(d, &kind, buf, sizeof buf);
@@ -1118,10 +1125,7 @@ static void test_stopping_job(void) {
     hvd_client_close(c);
     hvd_driver_stop(d);
 
-    d = start_driver(4, NULL, NULL, NULL);
-    c = d ? register_xy(d) : NULL;
-    for (uint32_t r = 0; c && r < 2; r++)
-        CHECK(set_local_rank(c, r % 2 ? "hy" : "hx", r / 2, r, &idx, &err) == 0);
+    d = two_ranks_started(&c);
     /* A rank killed by a signal before the stop outranks one that exits with a status of its
      * own after it (which would come first without the stop). */
     CHECK(report_result(c, 0, 0, 139, "", "segfault", &err) == 0);
