@@ -6,7 +6,8 @@ hvd-rsh, hvd-exec; label python, torch):
                      1, 2 and 4 ranks; async handles, poll and synchronize; grouped ops;
                      in place and non-contiguous tensors; prescale/postscale; objects;
                      barrier and join (all at once); gradients of allreduce and allgather;
-                     a collective before init() and a list for a tensor: errors that say so
+                     a collective before init(), a list for a tensor and a name that is no
+                     str: errors that say so
   mismatch           rank 1 sends another shape under the same name: every rank gets a
                      HorovodInternalError saying so, from allreduce and from
                      DistributedOptimizer.step(), and the runtime keeps working

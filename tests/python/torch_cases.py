@@ -43,6 +43,15 @@ def collectives(device="cpu"):
         except TypeError as e:
             if "expected a torch.Tensor, got list" not in str(e):
                 bad.append("rank %d: a list for a tensor: %s" % (r, e))
+    for call in (lambda: hvd.allreduce(torch.ones(1), name=5),
+                 lambda: hvd.grouped_allreduce([torch.ones(1)], name=5),
+                 lambda: hvd.broadcast(torch.ones(1), 0, name=5)):
+        try:
+            call()
+            bad.append("rank %d: a name that is not a str was taken" % r)
+        except TypeError as e:
+            if "name must be a str or None, got int" not in str(e):
+                bad.append("rank %d: a name that is not a str: %s" % (r, e))
 
     def expect(what, got, want):
         if not torch.equal(got.cpu(), want.cpu()):

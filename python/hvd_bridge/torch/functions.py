@@ -86,7 +86,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Root's object (pickled with cloudpickle), returned on every rank."""
     mpi_ops._check_process_set(process_set)
-    name = name or type(obj).__name__
+    name = mpi_ops._check_name(name) or type(obj).__name__
     if rank() == root_rank:
         buf = io.BytesIO()
         cloudpickle.dump(obj, buf)
@@ -107,7 +107,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's object, as a list in rank order."""
     mpi_ops._check_process_set(process_set)
-    name = name or type(obj).__name__
+    name = mpi_ops._check_name(name) or type(obj).__name__
     payload = cloudpickle.dumps(obj)
     data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else \
         torch.empty(0, dtype=torch.uint8)

@@ -262,8 +262,16 @@ def _register(rt_handles, keep, finish):
     return h
 
 
+def _check_name(name):
+    """name itself: None or a str; anything else is refused here, not turned into a string
+    that may match another rank's different object."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError("name must be a str or None, got %s" % type(name).__name__)
+    return name
+
+
 def _name(op, name):
-    return None if name is None else "%s.%s" % (op, name)
+    return None if _check_name(name) is None else "%s.%s" % (op, name)
 
 
 def _resolve_op(op, average):
@@ -361,7 +369,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 
 def _grouped_names(base, n):
-    return [None if base is None else "%s_%dof%d" % (base, i + 1, n) for i in range(n)]
+    return [None if _check_name(base) is None else "%s_%dof%d" % (base, i + 1, n) for i in range(n)]
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
