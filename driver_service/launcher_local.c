@@ -39,8 +39,8 @@ static void fake_host_hash(char *out, size_t cap, int k) {
 
 /* Starts task `index` of fake host `host_hash`. Returns the process, or NULL with err. */
 static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int index,
-                            const char *host_hash, const char *tmp, const char *work,
-                            char *const *job_env, hvd_err *err) {
+                            const char *host_hash, const char *tmp, char *const *job_env,
+                            hvd_err *err) {
     hvd_strb a = {0};
     hvd_strb_add(&a, task_bin);
     hvd_strb_add(&a, "--index");
@@ -87,7 +87,7 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
     if (!(envp = hvd_env_build(environ, ch, nj + 3, err))) goto out;
     hvd_proc_spec spec = {.argv = argv,
                           .envp = envp,
-                          .cwd = work,
+                          .cwd = NULL, /* the caller's: its ranks run there, as horovodrun's */
                           .uts_hostname = o->fake_hostnames ? uts : NULL,
                           .grace_ms = HVD_GRACE_DEFAULT_MS,
                           .pass_stdout = true,
@@ -137,10 +137,7 @@ int local_host_start(local_tasks *lt, const launch_opts *o, const launch_dir *di
         lt->cap = cap;
     }
     for (int task = first; task < first + n; task++) {
-        char work[420];
-        snprintf(work, sizeof work, "%s/task%d", dir->path, task);
-        if (make_dir(work, err) != 0) return -1;
-        hvd_proc *p = start_task(o, bin, task, host_hash, tmp, work, job_env, err);
+        hvd_proc *p = start_task(o, bin, task, host_hash, tmp, job_env, err);
         if (!p) return -1;
         lt->procs[lt->n++] = p;
     }

@@ -62,6 +62,12 @@ def payload(fn, args, kwargs):
     args or kwargs cannot be pickled."""
     import cloudpickle
 
+    if not callable(fn):
+        raise TypeError("the function to run must be callable, got %s" % type(fn).__name__)
+    if args is not None and not isinstance(args, (tuple, list)):
+        raise TypeError("args must be a tuple or a list, got %s" % type(args).__name__)
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError("kwargs must be a dict, got %s" % type(kwargs).__name__)
     try:
         return cloudpickle.dumps((fn, tuple(args or ()), dict(kwargs or {})))
     except Exception as e:  # TypeError, PicklingError, AttributeError, ...: one message
@@ -180,10 +186,18 @@ class OutputForwarder:
         self._thread.join(timeout)
 
 
-def timeout_s(value, env_name, default):
-    """A timeout in seconds: the argument, else the environment variable, else the default."""
-    if value is not None:
-        return float(value)
-    return float(os.environ.get(env_name, default))
+def timeout_s(value, env_name, default, what):
+    """A timeout in seconds: the argument what, else the environment variable, else the
+    default; ValueError naming the one that is not a number of seconds above 0."""
+    source, raw = (what, value) if value is not None else (env_name, os.environ.get(env_name))
+    if raw is None:
+        return float(default)
+    try:
+        seconds = float(raw)
+    except (TypeError, ValueError):
+        seconds = None
+    if isinstance(raw, bool) or seconds is None or not seconds > 0 or seconds == float("inf"):
+        raise ValueError("%s must be a number of seconds above 0, got %r" % (source, raw))
+    return seconds
 
 

@@ -144,7 +144,7 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     _job.rank_count(np_, "np" if np is not None else "num_proc")
     nics = network_interfaces or (network_interface.split(",") if network_interface else None)
     extra = _job.mpi_args(mpi_args, env, prefix_output_with_timestamp)
-    start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120)
+    start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120, "start_timeout")
     work = tempfile.mkdtemp(prefix="hvd-bridge-run-")
     out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
     err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)

@@ -160,6 +160,9 @@ def test_argv_entry():
             check(info["task"] == str(r), "rank %d stands for task %s" % (r, info["task"]))
             check(info["ancestor_task"] == str((r // 2) * 2), "rank %d ran in task %s" % (r, info["ancestor_task"]))
             check(info["cwd"] == info["workdir"], "rank %d runs in the executor's work dir" % r)
+            check(info["cwd"] == os.path.realpath(d),
+                  "rank %d runs where hvd-driver was started (%s), as horovodrun's: %s"
+                  % (r, d, info["cwd"]))
         check(re.search(RANK2_TAG[ARGS.mpi] + "rank 2 ran in task 2", so), "rank output is tagged:\n" + so)
     hvdtest.assert_no_leftovers(mark)
 

@@ -13,6 +13,7 @@ Cases:
                rank prefix; prefix_output_with_timestamp adds mpirun's timestamps
   env          env= and mpi_args= reach the ranks
   torch_ddp    existing torch.distributed code (gloo, init_method env://) runs unchanged
+  cwd          the ranks run in the caller's working directory and import its modules
   bad_args     wrong arguments give clear errors before anything starts
 and after every case: no process of the job is left, nothing left in TMPDIR or /dev/shm.
 
@@ -271,6 +272,33 @@ def test_next_job():
             shutil.rmtree(work, ignore_errors=True)
 
 
+def test_cwd():
+    """The ranks run in the caller's working directory, with it on their import path (as
+    horovodrun's and horovod.run's do): a function from a module there, and a relative path."""
+    import hvd_bridge
+    with Job() as job:
+        here = os.getcwd()
+        d = os.path.join(job.tmp, "caller")
+        os.mkdir(d)
+        module = "cwd_probe_" + job.mark
+        with open(os.path.join(d, module + ".py"), "w") as f:
+            f.write("import os\n\ndef probe():\n    with open('data.txt') as f:\n"
+                    "        return os.getcwd(), f.read()\n")
+        with open(os.path.join(d, "data.txt"), "w") as f:
+            f.write("relative")
+        os.chdir(d)
+        sys.path.insert(0, d)
+        try:
+            probe = __import__(module).probe  # pickled by reference: imported on the ranks
+            out = hvd_bridge.run(probe, np=2)
+        finally:
+            sys.path.remove(d)
+            sys.modules.pop(module, None)
+            os.chdir(here)
+        shutil.rmtree(d)
+    check(out == [(d, "relative")] * 2, "each rank in %s, reading data.txt: %r" % (d, out))
+
+
 def test_bad_args():
     import hvd_bridge
     for kw, exc, text in ((dict(use_gloo=True), ValueError, "MPI"),
@@ -283,13 +311,23 @@ def test_bad_args():
                           (dict(np=None, num_proc=-2), ValueError, "num_proc must be a whole"),
                           (dict(np="2"), ValueError, "got '2'"),
                           (dict(args=(threading.Lock(),)), TypeError,
-                           "must be picklable (cloudpickle) to reach the ranks: cannot pickle")):
+                           "must be picklable (cloudpickle) to reach the ranks: cannot pickle"),
+                          (dict(args=5), TypeError, "args must be a tuple or a list, got int"),
+                          (dict(kwargs=[1]), TypeError, "kwargs must be a dict, got list"),
+                          (dict(start_timeout="x"), ValueError,
+                           "start_timeout must be a number of seconds above 0, got 'x'")):
         try:
             hvd_bridge.run(rank_info, **dict(dict(args=(1,), np=1), **kw))
         except exc as e:
             check(text in str(e), "%r: %s" % (kw, e))
         else:
             raise Failure("%r accepted" % kw)
+    try:
+        hvd_bridge.run(42, np=1)
+    except TypeError as e:
+        check("the function to run must be callable, got int" in str(e), "run(42): %s" % e)
+    else:
+        raise Failure("run(42) accepted")
     # The C door refuses a relative bin dir before it waits for anything (mpirun's agent and
     # the ranks start in other directories).
     from hvd_bridge import _core

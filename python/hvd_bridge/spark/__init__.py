@@ -193,7 +193,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
         raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
     num_proc = _job.rank_count(num_proc if num_proc is not None else sc.defaultParallelism,
                                "num_proc")
-    start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600)
+    start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600,
+                           "start_timeout")
     mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
     driver = _core.Driver(num_proc, _job.rank_argv(executable), payload=_job.payload(fn, args,
                           kwargs), nics=list(nics) if nics else None, verbose=verbose >= 2)
@@ -244,8 +245,10 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
     if not 1 <= min_np <= num_proc <= max_np:
         raise ValueError("need 1 <= min_np (%d) <= num_proc (%d) <= max_np (%d)" % (
             min_np, num_proc, max_np))
-    start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600)
-    elastic = _job.timeout_s(elastic_timeout, "HOROVOD_ELASTIC_TIMEOUT", 600)
+    start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600,
+                           "start_timeout")
+    elastic = _job.timeout_s(elastic_timeout, "HOROVOD_ELASTIC_TIMEOUT", 600,
+                             "elastic_timeout")
     mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
     driver = _core.Driver(max_np, _job.rank_argv(executable), payload=_job.payload(fn, args,
                           kwargs or {}), nics=list(nics) if nics else None, verbose=verbose >= 2)
