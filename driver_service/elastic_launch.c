@@ -13,7 +13,6 @@
 
 #include "common/clock.h"
 #include "common/env.h"
-#include "common/fs.h"
 #include "common/proc.h"
 #include "common/strv.h"
 #include "elastic.h"
@@ -436,21 +435,6 @@ static el_end watch(el_run *r, hvd_launch_outcome *out) {
     }
 }
 
-/* An mpirun killed before it could clean up leaves its session directory behind
- * ($TMPDIR/ompi.<node>.<uid>/pid.<pid>, Open MPI 4): removed, and the parent if empty. */
-static void remove_session_dir(pid_t pid) {
-    const char *tmp = getenv("TMPDIR");
-    char node[256] = "", top[512], dir[600];
-    gethostname(node, sizeof node - 1);
-    node[strcspn(node, ".")] = '\0';
-    snprintf(top, sizeof top, "%s/ompi.%s.%u", tmp && *tmp ? tmp : "/tmp", node,
-             (unsigned)getuid());
-    snprintf(dir, sizeof dir, "%s/pid.%d", top, (int)pid);
-    if (access(dir, F_OK) != 0) return;
-    hvd_remove_tree(dir);
-    rmdir(top); /* fails while other jobs use it */
-}
-
 /* Ends a launch: mpirun (SIGTERM, SIGKILL HVD_ELASTIC_KILL_DELAY_MS later) and the commands of
  * its tasks still there, whose newest commit it notes. Nothing of the launch runs after it. */
 static void end_launch(el_run *r, int *status) {
@@ -469,7 +453,7 @@ static void end_launch(el_run *r, int *status) {
     pid_t pid = hvd_proc_pid(r->mpirun);
     hvd_proc_free(r->mpirun);
     r->mpirun = NULL;
-    remove_session_dir(pid);
+    launch_remove_session_dir(pid);
 }
 
 /* ---- The loop ------------------------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <net/if.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/env.h"
+#include "common/fs.h"
 #include "common/proc.h"
 #include "common/strv.h"
 #include "hvd/launch.h"
@@ -612,6 +614,19 @@ static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg
     out->signal = hvd_proc_exit_signal(p);
 }
 
+void launch_remove_session_dir(pid_t pid) {
+    const char *tmp = getenv("TMPDIR");
+    char node[256] = "", top[512], dir[600];
+    gethostname(node, sizeof node - 1);
+    node[strcspn(node, ".")] = '\0'; /* Open MPI drops the domain */
+    snprintf(top, sizeof top, "%s/ompi.%s.%u", tmp && *tmp ? tmp : "/tmp", node,
+             (unsigned)getuid());
+    snprintf(dir, sizeof dir, "%s/pid.%d", top, (int)pid);
+    if (access(dir, F_OK) != 0) return;
+    hvd_remove_tree(dir);
+    rmdir(top); /* fails while other jobs use it */
+}
+
 /* Runs argv (mpirun) and waits for it. Returns 0 with the outcome, or -1 with err. */
 static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg, int start_ms,
                       const hvd_launch_parts *parts, hvd_launch_outcome *out, hvd_err *err) {
@@ -628,7 +643,9 @@ static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg, 
     hvd_env_free(envp);
     if (!p) return hvd_err_prefix(err, "cannot start %s (is MPI installed?): ", argv[0]);
     wait_mpirun(d, p, cfg, start_ms, out);
+    pid_t pid = hvd_proc_pid(p);
     hvd_proc_free(p);
+    if (out->signal == SIGKILL) launch_remove_session_dir(pid);
     return 0;
 }
 

@@ -3,6 +3,8 @@
 #ifndef HVD_LAUNCH_INTERNAL_H
 #define HVD_LAUNCH_INTERNAL_H
 
+#include <sys/types.h>
+
 #include "common/strv.h"
 #include "hvd/launch.h"
 
@@ -24,5 +26,10 @@ void launch_rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char
 /* One line to cfg->log, if any. */
 void launch_log(const hvd_launch_config *cfg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* An mpirun killed before it could clean up (SIGKILL after its grace period: a part of the job
+ * was lost, a reset) leaves its session directory behind ($TMPDIR/ompi.<node>.<uid>/pid.<pid>,
+ * Open MPI 4): removes it once mpirun (pid) has ended, and the parent if empty. */
+void launch_remove_session_dir(pid_t pid);
 
 #endif

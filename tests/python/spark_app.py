@@ -46,6 +46,42 @@ def fails_on_two():
     return "ok"
 
 
+def hangs(d):
+    import os as _os
+    import time as _time
+    open(_os.path.join(d, "started.%s" % _os.environ["RANK"]), "w").close()
+    _time.sleep(600)
+
+
+def interrupt_case(hs, num_proc):
+    """Ctrl-C (SIGINT to this process, as a terminal sends it) once every rank has started:
+    hs.run raises KeyboardInterrupt once the job is down, and the next job runs."""
+    import signal
+    import tempfile
+    import threading
+    d = tempfile.mkdtemp(prefix="hvd-interrupt.")
+
+    def interrupt():
+        deadline = time.time() + 120
+        while time.time() < deadline and sum(f.startswith("started.")
+                                             for f in os.listdir(d)) < num_proc:
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    t0 = time.time()
+    try:
+        hs.run(hangs, args=(d,), num_proc=num_proc, stdout=io.StringIO(), stderr=io.StringIO())
+        report("interrupt", {"raised": None})
+    except BaseException as e:  # noqa: BLE001 - what it raised is the case's result
+        report("interrupt", {"raised": type(e).__name__, "message": str(e),
+                             "seconds": time.time() - t0})
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    os.rmdir(d)
+    report("after_interrupt", {"values": hs.run(ranked, args=(1,), num_proc=num_proc)})
+
+
 def report(name, value):
     print("CASE %s %s" % (name, json.dumps(value)), flush=True)
 
@@ -108,6 +144,7 @@ def main():
                              "traceback": e.remote_traceback, "stderr": err.getvalue()})
     # The job after a failure runs as usual.
     report("again", {"values": hs.run(ranked, args=(1,), num_proc=num_proc)})
+    interrupt_case(hs, num_proc)
     if train:
         train_case(hs)
     spark.stop()

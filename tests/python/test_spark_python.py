@@ -12,7 +12,8 @@ application, runs on
 and in each: a function with args and kwargs returns the values in rank order, its output
 reaches an io.StringIO with the rank prefixes, each rank runs under its Spark task's Python
 worker; a function that raises on rank 2 gives a JobError naming rank 2, its task and host,
-with its traceback; a job after that failure runs as usual; on the standalone cluster each
+with its traceback; a job after that failure runs as usual; Ctrl-C (SIGINT) while the ranks
+run raises KeyboardInterrupt once the job is down, and a job after it runs; on the standalone cluster each
 rank gets its task's Spark GPU (CUDA_VISIBLE_DEVICES, HVD_GPUS); on the local cluster, an MLP trained
 with hvd_bridge.torch's DistributedOptimizer on 1, 2 and 4 ranks reaches the same parameters
 and at least 0.95 test accuracy. After each application nothing of
@@ -119,6 +120,11 @@ def check_cases(rc, cases, output):
     check("fails_on_two" in (e.get("traceback") or ""), "the remote traceback: %r" % e)
     check([x["rank"] for x in cases.get("again", {}).get("values", [])] == list(range(NUM_PROC)),
           "a job after the failure: %r" % cases.get("again"))
+    i = cases.get("interrupt", {})
+    check(i.get("raised") == "KeyboardInterrupt",
+          "Ctrl-C while the ranks run raises KeyboardInterrupt once the job is down: %r" % i)
+    check([x["rank"] for x in cases.get("after_interrupt", {}).get("values", [])] ==
+          list(range(NUM_PROC)), "a job after Ctrl-C: %r" % cases.get("after_interrupt"))
 
 
 def test_local_cluster():

@@ -143,21 +143,30 @@ def _run_job(driver, run=None, **kw):
     """driver.run_job (or run) on a thread of its own, so that this thread stays interruptible:
     Ctrl-C aborts the job (mpirun and the ranks are stopped) and is raised once it is down."""
     box = {}
+    # The job's end is an Event, not Thread.join: a join that Ctrl-C interrupts can mark a
+    # thread that still runs as stopped (CPython 3.11), and a later join returns at once.
+    done = threading.Event()
 
     def target():
         try:
             box["outcome"] = (run or driver.run_job)(**kw)
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             box["error"] = e
+        finally:
+            done.set()
 
-    t = threading.Thread(target=target, name="hvd-bridge job", daemon=True)
-    t.start()
+    threading.Thread(target=target, name="hvd-bridge job", daemon=True).start()
     try:
-        while t.is_alive():
-            t.join(_WAIT_TICK_S)
+        while not done.wait(_WAIT_TICK_S):
+            pass
     except KeyboardInterrupt:
         driver.abort("interrupted (KeyboardInterrupt)")
-        t.join()
+        while True:  # until the job is down, also through another Ctrl-C
+            try:
+                if done.wait(_WAIT_TICK_S):
+                    break
+            except KeyboardInterrupt:
+                pass
         raise
     if "error" in box:
         raise box["error"]
