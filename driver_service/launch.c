@@ -6,7 +6,6 @@
 #include <limits.h>
 #include <net/if.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -645,7 +644,7 @@ static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg, 
     wait_mpirun(d, p, cfg, start_ms, out);
     pid_t pid = hvd_proc_pid(p);
     hvd_proc_free(p);
-    if (out->signal == SIGKILL) launch_remove_session_dir(pid);
+    launch_remove_session_dir(pid); /* there only when mpirun could not remove it */
     return 0;
 }
 

@@ -288,7 +288,7 @@ static int serve(hvd_driver *d, const launch_opts *o, const launch_dir *dir, con
 
 /* ---- run --------------------------------------------------------------------------------- */
 
-static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
+static int run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks *ssh) {
     const char *exec_dir = o->ssh_bin_dir; /* hvd-exec on the hosts; NULL: ours */
     hvd_launch_config lc = {.np = o->np,
                             .mpi = o->mpi,
@@ -312,6 +312,10 @@ static int run(hvd_driver *d, const launch_opts *o, ssh_tasks *ssh) {
     }
     char why[512];
     job_stop_reason(o, &out, why, sizeof why);
+    /* Local task services end first: a line of theirs (a command the stop left ending) must
+     * not come after the job's last line. */
+    hvd_driver_shutdown_tasks(d);
+    local_tasks_stop(lt, HVD_GRACE_DEFAULT_MS);
     job_end_info end = {.mpirun = &out, .stopped = why};
     return report_results(d, o, &end);
 }
@@ -431,9 +435,9 @@ static int start_tasks(job *j) {
                 "hvd-driver: waiting for %d task services. Start each executor's with\n"
                 "  HVD_SECRET_FILE=%s hvd-task --driver '%s' --index I%s\n"
                 "(I = 0..%d; copy the secret file there with mode 0600, never on a command "
-                "line)\n",
+                "line). To run them on this machine instead: --local 1 (or -H localhost:%d)\n",
                 j->o.elastic ? j->o.np : n, j->dir.secret_file, j->addrs,
-                j->o.many_commands ? " --elastic" : "", n - 1);
+                j->o.many_commands ? " --elastic" : "", n - 1, n);
     }
     return 0;
 }
@@ -479,7 +483,8 @@ int main(int argc, char **argv) {
         if (j.o.elastic)
             rc = elastic_run(j.d, &j.o, &j.lt, j.ssh, &j.dir, j.job_env);
         else
-            rc = j.o.serve ? serve(j.d, &j.o, &j.dir, j.addrs, j.ssh) : run(j.d, &j.o, j.ssh);
+            rc =
+                j.o.serve ? serve(j.d, &j.o, &j.dir, j.addrs, j.ssh) : run(j.d, &j.o, &j.lt, j.ssh);
     }
     char why[512];
     watch_stop_reason(why, sizeof why);

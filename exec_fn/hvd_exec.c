@@ -474,7 +474,10 @@ static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd
         program_error(code->argv.v[0], *status, &o.t, res->error, sizeof res->error);
     if (o.too_big && *status == 0) {
         *status = 1;
-        snprintf(res->error, sizeof res->error, "the result is larger than %d bytes", RESULT_MAX);
+        snprintf(res->error, sizeof res->error,
+                 "the result is larger than %d bytes (the most a rank can return: write a larger "
+                 "one to a file and return its path)",
+                 RESULT_MAX);
     }
     if (o.too_big || o.result.len == 0) {
         hvd_buf_free(&o.result);

@@ -13,6 +13,8 @@ Cases:
                rank prefix; prefix_output_with_timestamp adds mpirun's timestamps
   env          env= and mpi_args= reach the ranks
   torch_ddp    existing torch.distributed code (gloo, init_method env://) runs unchanged
+  big_result   a return value over the limit of a rank's result fails with a message that says
+               what to do
   cwd          the ranks run in the caller's working directory and import its modules
   bad_args     wrong arguments give clear errors before anything starts
 and after every case: no process of the job is left, nothing left in TMPDIR or /dev/shm.
@@ -270,6 +272,23 @@ def test_next_job():
                 t.stop()
             drv.stop()
             shutil.rmtree(work, ignore_errors=True)
+
+
+def big_value():
+    return b"x" * (65 << 20)
+
+
+def test_big_result():
+    import hvd_bridge
+    with Job():
+        try:
+            hvd_bridge.run(big_value, np=1)
+        except hvd_bridge.JobError as e:
+            check("the result is larger than 67043328 bytes" in str(e) and
+                  "write a larger one to a file and return its path" in str(e),
+                  "a result over the limit: %s" % e)
+        else:
+            raise Failure("a 65 MiB result was taken")
 
 
 def test_cwd():

@@ -292,6 +292,13 @@ def _drive(sc, group, spark, driver, out, err, launch):
             raise _job.JobError("the Spark job failed: %s" % spark.executor_problem) from e
         if spark.error is not None:
             raise _job.JobError("%s (the Spark job failed: %s)" % (e, spark.error)) from e
+        slots = sc.defaultParallelism
+        never_started = str(e).startswith("timed out") and "to register" in str(e)
+        if never_started and spark.num_proc > slots:
+            raise _job.JobError("%s (%d Spark tasks must run at once, and the application has "
+                                "%d task slots (spark.default.parallelism): start more "
+                                "executors or ask for fewer ranks)" % (e, spark.num_proc, slots)
+                                ) from e
         raise
     finally:
         driver.shutdown_tasks()
