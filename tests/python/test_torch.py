@@ -11,6 +11,8 @@ hvd-rsh, hvd-exec; label python, torch):
   mismatch           rank 1 sends another shape under the same name: every rank gets a
                      HorovodInternalError saying so, from allreduce and from
                      DistributedOptimizer.step(), and the runtime keeps working
+  failure_blame      rank 1 raises while rank 0 waits in an allreduce (which then fails because
+                     rank 1's runtime shut down): the JobError names rank 1, three times
   training_parity    an MLP on scikit-learn's bundled digits with DistributedOptimizer on 1,
                      2 and 4 ranks at the same global batch: the final parameters are equal
                      within float tolerance, and the test accuracy is at least 0.95
@@ -100,6 +102,25 @@ def test_mismatch():
                   "rank %d, DistributedOptimizer.step() %d: %s (want the error on the weight, "
                   "then %s)" % (r, step + 1, got, want[0]))
         check(ok, "rank %d: the runtime works after the failed collective" % r)
+
+
+def test_failure_blame():
+    import hvd_bridge
+    import torch_cases
+    for attempt in range(3):  # the order of the two ranks' reports is a race: try it again
+        mark = uuid.uuid4().hex
+        os.environ[hvdtest.MARK_VAR] = mark
+        try:
+            hvd_bridge.run(torch_cases.raises_in_collectives, np=2, stdout=sys.stdout,
+                           stderr=sys.stderr)
+            raise Failure("the job succeeded although rank 1 raised")
+        except hvd_bridge.JobError as e:
+            check(e.rank == 1 and "ValueError: rank 1 gives up at step 3" in str(e),
+                  "attempt %d: the job's error names rank 1, whose failure stopped rank 0's "
+                  "allreduce: %s" % (attempt + 1, e))
+        finally:
+            os.environ.pop(hvdtest.MARK_VAR, None)
+            hvdtest.assert_no_leftovers(mark, 15)
 
 
 def test_training_parity():

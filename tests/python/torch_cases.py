@@ -387,6 +387,20 @@ def uneven_join(lr=0.25):
     return bad, last
 
 
+def raises_in_collectives():
+    """Rank 1 raises at its third step while rank 0 waits in an allreduce: rank 0's
+    collective then fails too (rank 1's exit shuts its runtime down)."""
+    import torch
+
+    import hvd_bridge.torch as hvd
+    hvd.init()
+    for step in range(100):
+        if hvd.rank() == 1 and step == 3:
+            raise ValueError("rank 1 gives up at step 3")
+        hvd.allreduce(torch.ones(10), name="x")
+    return "no failure"
+
+
 def rank_env():
     return {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
 
