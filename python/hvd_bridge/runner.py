@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 from . import _job, bin_dir
 
@@ -92,12 +93,40 @@ def _rows(results_file):
     return rows, doc["mpirun_status"], doc.get("failure"), -1 if first is None else first
 
 
+class _Terminated(BaseException):
+    """SIGTERM reached this process while run() waited: the job is stopped and its files
+    removed, then the process ends by SIGTERM as it would have."""
+
+
+class _TerminateStopsJob:
+    """While run() runs (in the main thread), SIGTERM raises _Terminated instead of ending the
+    process at once, which would leave the job's directory (the pickled function) behind."""
+
+    def __enter__(self):
+        self.prev = None
+        if threading.current_thread() is threading.main_thread():
+            self.prev = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise _Terminated()
+
+    def __exit__(self, kind, value, tb):
+        if self.prev is not None:
+            signal.signal(signal.SIGTERM, self.prev)
+        if kind is _Terminated:
+            os.kill(os.getpid(), signal.SIGTERM)  # as the sender meant, once cleaned up
+        return False
+
+
 def _wait(proc):
-    """Waits for hvd-driver; Ctrl-C stops the job (hvd-driver takes everything down)."""
+    """Waits for hvd-driver; Ctrl-C (or SIGTERM) stops the job (hvd-driver takes everything
+    down)."""
     try:
         return proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
+    except (KeyboardInterrupt, _Terminated) as e:
+        proc.send_signal(signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM)
         proc.wait()
         raise
 
@@ -145,30 +174,33 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     nics = network_interfaces or (network_interface.split(",") if network_interface else None)
     extra = _job.mpi_args(mpi_args, env, prefix_output_with_timestamp)
     start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120, "start_timeout")
-    work = tempfile.mkdtemp(prefix="hvd-bridge-run-")
-    out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
-    err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
-    try:
-        payload_file = os.path.join(work, "payload")
-        results_file = os.path.join(work, "results.json")
-        with open(os.open(payload_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-            f.write(_job.payload(func, args, kwargs))
-        cmd = _driver_command(np_, hosts, payload_file, results_file, start, ssh_port,
-                              ssh_identity_file, nics, extra, verbose, executable, elastic_flags)
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out.fd, stderr=err.fd)
-        out.close_writer()
-        err.close_writer()
-        status = _wait(proc)
-        out.join()
-        err.join()
-        if not os.path.exists(results_file):
-            lines = [l for l in err.last_lines if l.startswith("hvd-driver")]
-            raise _job.JobError("the job did not run (hvd-driver exited with status %d)%s" % (
-                status, ": " + lines[-1] if lines else ""))
-        rows, mpirun_status, failure, first_failed = _rows(results_file)
-        return _job.values_or_raise(rows, mpirun_status, failure=failure,
-                                    first_failed=first_failed)
-    finally:
-        out.join(1)
-        err.join(1)
-        shutil.rmtree(work, ignore_errors=True)
+    with _TerminateStopsJob():
+        work = tempfile.mkdtemp(prefix="hvd-bridge-run-")
+        out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
+        err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
+        try:
+            payload_file = os.path.join(work, "payload")
+            results_file = os.path.join(work, "results.json")
+            fd = os.open(payload_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "wb") as f:
+                f.write(_job.payload(func, args, kwargs))
+            cmd = _driver_command(np_, hosts, payload_file, results_file, start, ssh_port,
+                                  ssh_identity_file, nics, extra, verbose, executable,
+                                  elastic_flags)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out.fd, stderr=err.fd)
+            out.close_writer()
+            err.close_writer()
+            status = _wait(proc)
+            out.join()
+            err.join()
+            if not os.path.exists(results_file):
+                lines = [l for l in err.last_lines if l.startswith("hvd-driver")]
+                raise _job.JobError("the job did not run (hvd-driver exited with status %d)%s" % (
+                    status, ": " + lines[-1] if lines else ""))
+            rows, mpirun_status, failure, first_failed = _rows(results_file)
+            return _job.values_or_raise(rows, mpirun_status, failure=failure,
+                                        first_failed=first_failed)
+        finally:
+            out.join(1)
+            err.join(1)
+            shutil.rmtree(work, ignore_errors=True)

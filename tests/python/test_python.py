@@ -16,6 +16,8 @@ Cases:
   big_result   a return value over the limit of a rank's result fails with a message that says
                what to do
   cwd          the ranks run in the caller's working directory and import its modules
+  terminated   SIGTERM to a program in hvd_bridge.run stops the job, removes its files and ends
+               the program by SIGTERM
   bad_args     wrong arguments give clear errors before anything starts
 and after every case: no process of the job is left, nothing left in TMPDIR or /dev/shm.
 
@@ -27,9 +29,11 @@ import io
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
+import time
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -316,6 +320,41 @@ def test_cwd():
             os.chdir(here)
         shutil.rmtree(d)
     check(out == [(d, "relative")] * 2, "each rank in %s, reading data.txt: %r" % (d, out))
+
+
+TERMINATED_SCRIPT = r"""
+import os, sys, time
+import hvd_bridge
+
+def hang(d):
+    open(os.path.join(d, "started.%s" % os.environ["RANK"]), "w").close()
+    time.sleep(600)
+
+hvd_bridge.run(hang, args=(sys.argv[1],), np=2)
+"""
+
+
+def test_terminated():
+    """SIGTERM to a program waiting in hvd_bridge.run: the job is stopped, its directory (the
+    pickled function) removed, and the program ends by SIGTERM."""
+    import subprocess
+    with Job() as job:
+        d = os.path.join(job.tmp, "started")
+        os.mkdir(d)
+        p = subprocess.Popen([sys.executable, "-c", TERMINATED_SCRIPT, d])
+        try:
+            deadline = time.time() + 60
+            while len(os.listdir(d)) < 2 and time.time() < deadline and p.poll() is None:
+                time.sleep(0.1)
+            check(len(os.listdir(d)) == 2, "the 2 ranks started: %s" % os.listdir(d))
+            p.send_signal(signal.SIGTERM)
+            rc = p.wait(60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(d)
+    check(rc == -signal.SIGTERM, "the program ended by SIGTERM, not with %s" % rc)
 
 
 def test_bad_args():
