@@ -313,7 +313,8 @@ static int run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks *
     char why[512];
     job_stop_reason(o, &out, why, sizeof why);
     /* Local task services end first: a line of theirs (a command the stop left ending) must
-     * not come after the job's last line. */
+     * not come after the job's last line. The watcher, which polls them, ends before. */
+    watch_end();
     hvd_driver_shutdown_tasks(d);
     local_tasks_stop(lt, HVD_GRACE_DEFAULT_MS);
     job_end_info end = {.mpirun = &out, .stopped = why};
