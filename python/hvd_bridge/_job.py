@@ -82,6 +82,26 @@ def rank_count(n, what):
     return n
 
 
+def either(value, name, alias_value, alias_name):
+    """The value of an argument that has two names (np and num_proc, ...): whichever was
+    given; ValueError when both were given with different values."""
+    if value is not None and alias_value is not None and value != alias_value:
+        raise ValueError("%s=%r and %s=%r name the same thing: give one of them" % (
+            name, value, alias_name, alias_value))
+    return value if value is not None else alias_value
+
+
+def text_stream(stream, default, what):
+    """stream (argument what), or default when it is None; TypeError when it has no write
+    method (the ranks' output would otherwise be dropped without a word)."""
+    if stream is None:
+        return default
+    if not callable(getattr(stream, "write", None)):
+        raise TypeError("%s must be a text stream with a write method (e.g. sys.stdout or a "
+                        "file opened for writing), got %s" % (what, type(stream).__name__))
+    return stream
+
+
 def rank_argv(executable):
     """The program each rank runs. Without an executable, the interpreter is the one the task
     service names in $HVD_PYTHON (the Python of the process it runs in), else python3."""

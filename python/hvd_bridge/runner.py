@@ -3,6 +3,7 @@ The job runs through ``hvd-driver run``: task services on this machine (the defa
 ssh hosts (``hosts="h1:2,h2:2"``), mpirun through ``hvd-rsh``, and each rank calling the
 function in a Python interpreter."""
 import json
+import math
 import os
 import shutil
 import signal
@@ -21,8 +22,7 @@ def _elastic_flags(elastic):
     """hvd-driver's elastic options from horovod.run's keyword arguments (docs/elastic.md)."""
     e = {k: v for k, v in elastic.items() if v is not None}
     flags = []
-    for name, opt in (("min_np", "--min-np"), ("min_num_proc", "--min-np"),
-                      ("max_np", "--max-np"), ("max_num_proc", "--max-np"),
+    for name, opt in (("min_np", "--min-np"), ("max_np", "--max-np"),
                       ("host_discovery_script", "--host-discovery-script"), ("slots", "--slots"),
                       ("reset_limit", "--reset-limit"), ("elastic_timeout", "--elastic-timeout")):
         if name in e:
@@ -73,7 +73,7 @@ def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_p
             cmd += ["--ssh-identity", ssh_identity_file]
     else:
         cmd += ["--local", "1"]
-    cmd += ["--start-timeout", str(max(1, int(start_timeout))), "--results-json", results_file,
+    cmd += ["--start-timeout", str(math.ceil(start_timeout)), "--results-json", results_file,
             "--payload", payload_file]
     if nics:
         cmd += ["--nics", ",".join(nics)]
@@ -157,6 +157,9 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     unknown = [k for k in elastic if k not in _ELASTIC]
     if unknown:
         raise TypeError("run() got unexpected keyword arguments %s" % ", ".join(unknown))
+    for name, alias in (("min_np", "min_num_proc"), ("max_np", "max_num_proc")):
+        elastic[name] = _job.either(elastic.pop(name, None), name, elastic.pop(alias, None),
+                                    alias)
     elastic_flags = _elastic_flags(elastic)
     if hosts and elastic.get("host_discovery_script"):
         raise NotImplementedError("a host discovery script with ssh hosts is not supported by "
@@ -168,16 +171,18 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
         raise ValueError("Argument hosts and hostfile only allow one provided.")
     if hostfile:
         hosts = _hostfile_hosts(hostfile)
-    np_ = np if np is not None else num_proc if num_proc is not None else (
-        _slots(hosts) if hosts else 1)
-    _job.rank_count(np_, "np" if np is not None else "num_proc")
+    np_ = _job.either(np, "np", num_proc, "num_proc")
+    np_ = _job.rank_count(np_ if np_ is not None else _slots(hosts) if hosts else 1,
+                          "np" if np is not None else "num_proc")
+    stdout = _job.text_stream(stdout, sys.stdout, "stdout")
+    stderr = _job.text_stream(stderr, sys.stderr, "stderr")
     nics = network_interfaces or (network_interface.split(",") if network_interface else None)
     extra = _job.mpi_args(mpi_args, env, prefix_output_with_timestamp)
     start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120, "start_timeout")
     with _TerminateStopsJob():
         work = tempfile.mkdtemp(prefix="hvd-bridge-run-")
-        out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
-        err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
+        out = _job.OutputForwarder(stdout)
+        err = _job.OutputForwarder(stderr)
         try:
             payload_file = os.path.join(work, "payload")
             results_file = os.path.join(work, "results.json")

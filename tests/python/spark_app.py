@@ -82,6 +82,20 @@ def interrupt_case(hs, num_proc):
     report("after_interrupt", {"values": hs.run(ranked, args=(1,), num_proc=num_proc)})
 
 
+def refused_case(hs, num_proc):
+    """Arguments that cannot work are refused before a Spark stage starts."""
+    got = []
+    for run, kw in ((hs.run, dict(stdout=5)),
+                    (hs.run_elastic, dict(min_np=1, min_num_proc=2)),
+                    (hs.run_elastic, dict(max_np=0))):
+        try:
+            run(ranked, args=(1,), num_proc=num_proc, **kw)
+            got.append(None)
+        except Exception as e:  # noqa: BLE001 - what it raised is the case's result
+            got.append("%s: %s" % (type(e).__name__, e))
+    report("refused", {"errors": got})
+
+
 def report(name, value):
     print("CASE %s %s" % (name, json.dumps(value)), flush=True)
 
@@ -144,6 +158,7 @@ def main():
                              "traceback": e.remote_traceback, "stderr": err.getvalue()})
     # The job after a failure runs as usual.
     report("again", {"values": hs.run(ranked, args=(1,), num_proc=num_proc)})
+    refused_case(hs, num_proc)
     interrupt_case(hs, num_proc)
     if train:
         train_case(hs)

@@ -120,6 +120,11 @@ def check_cases(rc, cases, output):
     check("fails_on_two" in (e.get("traceback") or ""), "the remote traceback: %r" % e)
     check([x["rank"] for x in cases.get("again", {}).get("values", [])] == list(range(NUM_PROC)),
           "a job after the failure: %r" % cases.get("again"))
+    errors = cases.get("refused", {}).get("errors") or [None] * 3
+    for got, want in zip(errors, ("TypeError: stdout must be a text stream with a write method",
+                                  "ValueError: min_np=1 and min_num_proc=2 name the same thing",
+                                  "ValueError: max_np must be a whole number of at least 1")):
+        check(got and got.startswith(want), "refused before a stage: %r, want %r" % (got, want))
     i = cases.get("interrupt", {})
     check(i.get("raised") == "KeyboardInterrupt",
           "Ctrl-C while the ranks run raises KeyboardInterrupt once the job is down: %r" % i)

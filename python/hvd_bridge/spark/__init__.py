@@ -202,6 +202,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
         raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
     num_proc = _job.rank_count(num_proc if num_proc is not None else sc.defaultParallelism,
                                "num_proc")
+    stdout = _job.text_stream(stdout, sys.stdout, "stdout")
+    stderr = _job.text_stream(stderr, sys.stderr, "stderr")
     start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600,
                            "start_timeout")
     mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
@@ -212,8 +214,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
                        "info" if verbose >= 2 else "warn", need=_daemon_need(mpi_args))
     spark = _SparkJob(sc, group, num_proc, task_fn, driver)
-    out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
-    err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
+    out = _job.OutputForwarder(stdout)
+    err = _job.OutputForwarder(stderr)
     return _drive(sc, group, spark, driver, out, err, lambda: _run_job(
         driver, bin_dir=bin_dir(), mpi_args=mpi_args, start_timeout=start, stdout_fd=out.fd,
         stderr_fd=err.fd)[0])
@@ -249,9 +251,13 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
                            "session?")
     num_proc = _job.rank_count(num_proc if num_proc is not None else sc.defaultParallelism,
                                "num_proc")
-    min_np = min_np or min_num_proc or num_proc
-    max_np = max_np or max_num_proc or max(num_proc, min_np)
-    if not 1 <= min_np <= num_proc <= max_np:
+    stdout = _job.text_stream(stdout, sys.stdout, "stdout")
+    stderr = _job.text_stream(stderr, sys.stderr, "stderr")
+    min_np = _job.either(min_np, "min_np", min_num_proc, "min_num_proc")
+    min_np = _job.rank_count(min_np, "min_np") if min_np is not None else num_proc
+    max_np = _job.either(max_np, "max_np", max_num_proc, "max_num_proc")
+    max_np = _job.rank_count(max_np, "max_np") if max_np is not None else max(num_proc, min_np)
+    if not min_np <= num_proc <= max_np:
         raise ValueError("need 1 <= min_np (%d) <= num_proc (%d) <= max_np (%d)" % (
             min_np, num_proc, max_np))
     start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600,
@@ -268,8 +274,8 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
                        need=_daemon_need(mpi_args),
                        warm_imports=",".join(warm_imports) if warm else None)
     spark = _SparkJob(sc, group, max_np, task_fn, driver, barrier=False)
-    out = _job.OutputForwarder(stdout if stdout is not None else sys.stdout)
-    err = _job.OutputForwarder(stderr if stderr is not None else sys.stderr)
+    out = _job.OutputForwarder(stdout)
+    err = _job.OutputForwarder(stderr)
     return _drive(sc, group, spark, driver, out, err, lambda: _run_job(
         driver, run=driver.run_elastic, bin_dir=bin_dir(), min_np=min_np, max_np=max_np,
         np=num_proc, reset_limit=-1 if reset_limit is None else int(reset_limit),
