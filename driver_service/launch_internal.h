@@ -27,9 +27,10 @@ void launch_rank_env(hvd_strb *a, hvd_mpi_impl mpi, const char *name, const char
 void launch_log(const hvd_launch_config *cfg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* An mpirun killed before it could clean up (SIGKILL after its grace period: a part of the job
- * was lost, a reset) leaves its session directory behind ($TMPDIR/ompi.<node>.<uid>/pid.<pid>,
- * Open MPI 4): removes it once mpirun (pid) has ended, and the parent if empty. */
+/* Called after every mpirun (pid) has ended: removes its Open MPI 4 session directory
+ * ($TMPDIR/ompi.<node>.<uid>/pid.<pid>), and the parent if empty, when mpirun could not (it
+ * was killed: SIGKILL after its grace period, or a signal from Spark's stage cancel); does
+ * nothing when mpirun removed it itself. */
 void launch_remove_session_dir(pid_t pid);
 
 #endif
