@@ -21,6 +21,13 @@ hvd-rsh, hvd-exec; label python, torch):
                      op=Sum and gradient_predivide_factor=2.0 on 2 ranks: the weights of a
                      Linear(4, 1) after 2 steps equal plain SGD on the reduced gradients
                      computed here (fp16: within its tolerance)
+  horovod_parity_1/2 behaviours of horovod.torch that are easy to miss, on 1 and 2 ranks: an LR
+                     scheduler made before DistributedOptimizer, a param group added after it,
+                     synchronize() on one rank, groups holding a foreign tensor, a second
+                     backward with groups (AssertionError), sparse_as_dense with SparseAdam,
+                     grouped results as tuples, grouped allgather/reducescatter gradients,
+                     TorchState with a GAN's two models and optimizers and a LambdaLR, and a
+                     State subclass with Horovod's constructor and reset()
   timeline           HOROVOD_TIMELINE given through hvd_bridge.run(env=...): rank 0 writes a
                      timeline with each named tensor's collective
   horovod_script     examples/python/train_digits.py, a Horovod training script but for
@@ -168,6 +175,20 @@ def test_optimizer_sum():
 
 def test_optimizer_predivide():
     optimizer_option_on_2("predivide")
+
+
+def parity_on(n):
+    import torch_cases
+    bad = [f for per_rank in job(torch_cases.horovod_parity, n) for f in per_rank]
+    check(not bad, "%d ranks:\n  %s" % (n, "\n  ".join(bad)))
+
+
+def test_horovod_parity_1():
+    parity_on(1)
+
+
+def test_horovod_parity_2():
+    parity_on(2)
 
 
 def test_timeline():

@@ -420,3 +420,182 @@ def without_shutdown_warm():
     with open("/proc/%d/cmdline" % os.getppid(), "rb") as f:
         parent = [p.decode() for p in f.read().split(b"\0")[1:3]]
     return total, parent
+
+
+def horovod_parity():
+    """Places where horovod.torch's behaviour is easy to miss (found by comparing with
+    Horovod 0.28.1's source); every check compares with values computed here. On 1 rank and
+    on 2."""
+    import torch
+
+    import hvd_bridge.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    bad = []
+
+    def linear(weight):
+        m = torch.nn.Linear(2, 1, bias=False).double()
+        with torch.no_grad():
+            m.weight.fill_(weight)
+        return m
+
+    def x(rank):  # rank-dependent input; the loss sum(m(x)) has the gradient sum(x, 0)
+        return torch.tensor([[1.0 + rank, 2.0 * rank]], dtype=torch.float64)
+
+    mean_grad = sum(x(k).sum(0) for k in range(n)) / n
+
+    # An LR scheduler made before wrapping must not turn step() into a local step.
+    m = linear(1.0)
+    base = torch.optim.SGD(m.parameters(), lr=0.5)
+    sched = torch.optim.lr_scheduler.StepLR(base, 10)
+    opt = hvd.DistributedOptimizer(base, named_parameters=m.named_parameters())
+    m(x(r)).sum().backward()
+    opt.step()
+    sched.step()
+    if "step" in vars(opt) or not torch.allclose(m.weight[0], 1.0 - 0.5 * mean_grad):
+        bad.append("rank %d: step() after an LR scheduler: weights %s, want %s" % (
+            r, m.weight.tolist(), (1.0 - 0.5 * mean_grad).tolist()))
+    for attr, want in (("backward_passes_per_step", 1), ("op", hvd.Average),
+                       ("gradient_predivide_factor", 1.0), ("sparse_as_dense", False)):
+        if getattr(opt, attr, "missing") != want:
+            bad.append("rank %d: DistributedOptimizer.%s is %r" % (r, attr,
+                                                                  getattr(opt, attr, "missing")))
+
+    # A parameter group added after wrapping is averaged too (no KeyError at step()).
+    extra = linear(2.0)
+    opt.zero_grad()
+    opt.add_param_group({"params": list(extra.parameters())})
+    (m(x(r)).sum() + extra(x(r)).sum()).backward()
+    opt.step()
+    if not torch.allclose(extra.weight[0], 2.0 - 0.5 * mean_grad):
+        bad.append("rank %d: added param group: weights %s" % (r, extra.weight.tolist()))
+
+    # synchronize() on one rank does nothing (no zero gradient for an unused parameter, which
+    # weight decay would then move).
+    used, unused = linear(1.0), linear(3.0)
+    o1 = hvd.DistributedOptimizer(torch.optim.SGD(list(used.parameters()) +
+                                                  list(unused.parameters()), lr=0.5,
+                                                  weight_decay=0.1))
+    o1.zero_grad()
+    used(x(r)).sum().backward()
+    o1.synchronize()
+    with o1.skip_synchronize():
+        o1.step()
+    if n == 1 and (unused.weight.grad is not None or not torch.equal(
+            unused.weight, torch.full((1, 2), 3.0, dtype=torch.float64))):
+        bad.append("1 rank: synchronize() touched an unused parameter: %s" % (
+            unused.weight.tolist()))
+
+    # groups: a tensor the optimizer does not own is left out; a second backward before step()
+    # raises AssertionError as in Horovod.
+    g = linear(1.0)
+    foreign = torch.zeros(3, requires_grad=True)
+    og = hvd.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.5),
+                                  named_parameters=g.named_parameters(),
+                                  groups=[[foreign, g.weight]])
+    g(x(r)).sum().backward()
+    og.step()
+    if not torch.allclose(g.weight[0], 1.0 - 0.5 * mean_grad):
+        bad.append("rank %d: groups with a foreign tensor: weights %s" % (r, g.weight.tolist()))
+    if n > 1:
+        og.zero_grad()
+        g(x(r)).sum().backward()
+        try:
+            g(x(r)).sum().backward()
+            bad.append("rank %d: a second backward with groups was accepted" % r)
+        except AssertionError:
+            pass
+        except Exception as e:  # noqa: BLE001 - the wrong type is the failure
+            bad.append("rank %d: a second backward with groups: %s: %s" % (r, type(e).__name__,
+                                                                           e))
+        og.synchronize()
+
+    # sparse_as_dense: the gradient stays sparse for SparseAdam, and is the average.
+    emb = torch.nn.Embedding(4, 2, sparse=True).double()
+    with torch.no_grad():
+        emb.weight.copy_(torch.arange(8, dtype=torch.float64).reshape(4, 2))
+    sparse_opt = torch.optim.SparseAdam(emb.parameters(), lr=0.1)
+    hvd.broadcast_optimizer_state(sparse_opt, root_rank=0, model=emb)
+    os_ = hvd.DistributedOptimizer(sparse_opt, named_parameters=emb.named_parameters(),
+                                   sparse_as_dense=True)
+    os_.zero_grad()
+    emb(torch.tensor([r % 4])).sum().backward()
+    try:
+        os_.step()
+        if not emb.weight.grad.is_sparse:
+            bad.append("rank %d: sparse_as_dense left a dense gradient" % r)
+        want = torch.zeros(4, 2, dtype=torch.float64)
+        for k in range(n):
+            want[k % 4] += 1.0 / n
+        if not torch.allclose(emb.weight.grad.to_dense(), want):
+            bad.append("rank %d: sparse_as_dense gradient %s, want %s" % (
+                r, emb.weight.grad.to_dense().tolist(), want.tolist()))
+    except Exception as e:  # noqa: BLE001
+        bad.append("rank %d: SparseAdam with sparse_as_dense: %s: %s" % (r, type(e).__name__, e))
+
+    # Grouped collectives: tuples from synchronize, gradients from the grouped allgather and
+    # reducescatter.
+    h = hvd.grouped_allreduce_async_([torch.ones(2)], name="parity.gar")
+    if not isinstance(hvd.synchronize(h), tuple):
+        bad.append("grouped_allreduce_async_: synchronize gave no tuple")
+    a = (torch.ones(r + 1, 2, dtype=torch.float64) * (r + 1)).requires_grad_()
+    outs = hvd.grouped_allgather([a], name="parity.gag")
+    if not isinstance(outs, tuple) or not outs[0].requires_grad:
+        bad.append("grouped_allgather: %s, requires_grad %s" % (type(outs).__name__,
+                                                               outs[0].requires_grad))
+    else:
+        (outs[0] * 3).sum().backward()
+        if not torch.equal(a.grad, torch.full((r + 1, 2), 3.0, dtype=torch.float64)):
+            bad.append("grouped_allgather gradient %s" % a.grad.tolist())
+    b = torch.ones(2 * n, 3, dtype=torch.float64).requires_grad_()
+    rs = hvd.grouped_reducescatter([b], op=hvd.Sum, name="parity.grs")
+    if not rs[0].requires_grad:
+        bad.append("grouped_reducescatter is not differentiable")
+    else:
+        rs[0].sum().backward()
+        # d/db of the sum of this rank's rows of sum_k b_k: gradient n per row (Sum), as
+        # Horovod's reducescatter backward gives.
+        if not torch.equal(b.grad, torch.full((2 * n, 3), float(n), dtype=torch.float64)):
+            bad.append("grouped_reducescatter gradient %s" % b.grad.tolist())
+
+    bad += _parity_state(torch, hvd, r, linear)
+    hvd.shutdown()
+    return bad
+
+
+def _parity_state(torch, hvd, r, linear):
+    """TorchState keeps every model and optimizer argument by state_dict (a GAN's two of each),
+    commits what plain pickle refuses, and State takes Horovod's arguments and calls reset()."""
+    bad = []
+    gen, disc = linear(1.0 + r), linear(5.0 + r)
+    gopt = torch.optim.SGD(gen.parameters(), lr=0.1, momentum=0.9)
+    dopt = torch.optim.SGD(disc.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.LambdaLR(gopt, lambda e: 1.0)
+    state = hvd.elastic.TorchState(model=gen, optimizer=gopt, disc=disc, d_opt=dopt,
+                                   sched=sched, epoch=0)
+    state.sync()
+    if state.disc is not disc or state.d_opt is not dopt:
+        bad.append("rank %d: sync() replaced the disc model or its optimizer by a copy" % r)
+    if disc.weight[0, 0].item() != 5.0 or gen.weight[0, 0].item() != 1.0:
+        bad.append("rank %d: sync() gave weights gen %s disc %s, want rank 0's" % (
+            r, gen.weight.tolist(), disc.weight.tolist()))
+    state.commit()  # torch.save of a LambdaLR: plain pickle refuses its lambda
+    with torch.no_grad():
+        disc.weight.add_(1.0)
+    state.restore()
+    if disc.weight[0, 0].item() != 5.0:
+        bad.append("rank %d: restore() left the disc model at %s" % (r, disc.weight.tolist()))
+
+    class Counter(hvd.elastic.State):
+        def __init__(self):
+            super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank)
+            self.resets = 0
+
+        def reset(self):
+            self.resets += 1
+
+    c = Counter()
+    c.on_reset()
+    if c.resets != 1:
+        bad.append("State.on_reset() called reset() %d times" % c.resets)
+    return bad

@@ -73,6 +73,22 @@ class _Allgather(torch.autograd.Function):
         return g.narrow(0, offset, ctx.dim0), None
 
 
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, *tensors):
+        ctx.dims = [t.shape[0] for t in tensors]
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name=name)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # As _Allgather's, for each tensor of the group.
+        reduced = grouped_allreduce(list(grads), op=Average)
+        dims = synchronize(allgather_async(torch.tensor(ctx.dims, dtype=torch.int64)))
+        offsets = dims.view(size(), len(ctx.dims))[:rank()].sum(0).tolist()
+        return (None,) + tuple(g.narrow(0, int(o), d)
+                               for g, o, d in zip(reduced, offsets, ctx.dims))
+
+
 class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name):
@@ -118,6 +134,21 @@ class _Reducescatter(torch.autograd.Function):
         if ctx.post != 1.0:
             g *= ctx.post
         return allgather(g), None, None, None, None
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.pre, ctx.post = op, prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        scale = (size() if ctx.op == Sum else 1) * ctx.pre * ctx.post
+        grads = [g * scale if scale != 1 else g for g in grads]
+        return (None, None, None, None) + tuple(grouped_allgather(grads))
 
 
 # ---- the synchronous collectives ---------------------------------------------------------------
@@ -168,7 +199,11 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    """allgather of a list of tensors; a tuple of the results. Differentiable."""
+    _ops._check_process_set(process_set)
+    for t in tensors:
+        _ops._check_tensor(t)
+    return _GroupedAllgather.apply(name, *tensors)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -206,9 +241,13 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
+    """reducescatter of a list of tensors. Differentiable."""
+    _ops._check_process_set(process_set)
+    for t in tensors:
+        _ops._check_tensor(t)
     pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, process_set,
-                                                   prescale_factor, postscale_factor))
+    outs = _GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor,
+                                       *[c for c, _ in pairs])
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
 
 

@@ -29,6 +29,7 @@ import io
 import os
 import sys
 
+import cloudpickle
 import torch
 
 from .. import _runtime as _rt
@@ -48,9 +49,13 @@ ElasticError = _rt.ElasticError
 
 
 class State:
-    """State kept across resets (Horovod's horovod.common.elastic.State)."""
+    """State kept across resets (Horovod's horovod.common.elastic.State). bcast_object and
+    get_rank are Horovod's arguments: how sync() broadcasts objects and this rank's number
+    (default: hvd_bridge.torch's broadcast_object and rank)."""
 
-    def __init__(self):
+    def __init__(self, bcast_object=None, get_rank=None):
+        self._bcast_object = bcast_object or broadcast_object
+        self._get_rank = get_rank or rank
         self._reset_callbacks = []
 
     def register_reset_callbacks(self, callbacks):
@@ -59,8 +64,12 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        self.reset()
         for callback in self._reset_callbacks:
             callback()
+
+    def reset(self):
+        """Called after a reset, before the reset callbacks: for subclasses to override."""
 
     def commit(self):
         """Saves the state in memory and in this rank's task service (the same on every rank,
@@ -99,12 +108,14 @@ class State:
 
     def _parts(self):
         """(what, object, trainable) of the saved state, to say which part is large when it is
-        too large; trainable: the model's or the optimizer's (the user cannot just leave it out)."""
+        too large; trainable: a model's or an optimizer's (the user cannot just leave it out)."""
         return []
 
     def _store(self):
         buf = io.BytesIO()
-        torch.save(self._state_dict(), buf)
+        # cloudpickle: the keyword attributes may hold what plain pickle refuses (a lambda,
+        # a LambdaLR), as broadcast_object in sync() takes them.
+        torch.save(self._state_dict(), buf, pickle_module=cloudpickle)
         blob = buf.getvalue()
         try:
             _rt.elastic_save(blob)
@@ -143,12 +154,10 @@ class State:
 class ObjectState(State):
     """Plain Python attributes, given as keyword arguments (Horovod's ObjectState)."""
 
-    def __init__(self, bcast_object=broadcast_object, get_rank=rank, **kwargs):
-        self._bcast_object = bcast_object
-        self._get_rank = get_rank
+    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
         self._saved_state = kwargs
         self._set_attrs()
-        super().__init__()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
 
     def save(self):
         self._saved_state = {attr: getattr(self, attr) for attr in self._saved_state}
@@ -176,55 +185,107 @@ class ObjectState(State):
         self._set_attrs()
 
 
-class TorchState(ObjectState):
-    """A model, an optimizer and keyword attributes (Horovod's TorchState)."""
+class _Handler:
+    """How TorchState keeps a model or an optimizer (each argument that is a torch.nn.Module
+    or a torch.optim.Optimizer, as Horovod's state handlers): by its state_dict, loaded back
+    into the same object, never replaced by a copy."""
 
-    def __init__(self, model=None, optimizer=None, **kwargs):
-        self.model = model
-        self.optimizer = optimizer
-        self._saved_model = self._saved_optimizer = None
-        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
-        self._save_torch()
+    def __init__(self, value):
+        self.value = value
+        self.save()
 
-    def _save_torch(self):
-        if self.model is not None:
-            self._saved_model = copy.deepcopy(self.model.state_dict())
-        if self.optimizer is not None:
-            self._saved_optimizer = copy.deepcopy(self.optimizer.state_dict())
+    def set_value(self, value):
+        self.value = value
+        self.save()
 
     def save(self):
-        self._save_torch()
+        self.saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self.saved)
+
+
+class _ModelHandler(_Handler):
+    def sync(self, state):
+        broadcast_parameters(self.value.state_dict(), root_rank=0)
+
+
+class _OptimizerHandler(_Handler):
+    def sync(self, state):
+        # The models of the state tell broadcast_optimizer_state which parameters are sparse.
+        models = [h.value for h in state._handlers.values() if isinstance(h, _ModelHandler)]
+        broadcast_optimizer_state(self.value, root_rank=0,
+                                  model=torch.nn.ModuleList(models) if models else None)
+
+
+def _handler(value):
+    if isinstance(value, torch.nn.Module):
+        return _ModelHandler(value)
+    if isinstance(value, torch.optim.Optimizer):
+        return _OptimizerHandler(value)
+    return None
+
+
+class TorchState(ObjectState):
+    """Models, optimizers and keyword attributes (Horovod's TorchState): every argument that is
+    a torch.nn.Module or a torch.optim.Optimizer (model, optimizer, or any keyword: a GAN's two
+    models and two optimizers) is saved, restored and synced through its state_dict; the other
+    keyword arguments as ObjectState's attributes."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        kwargs.update(model=model, optimizer=optimizer)
+        handlers = {}
+        for name in list(kwargs):
+            h = _handler(kwargs[name])
+            if h is not None:
+                handlers[name] = h
+                object.__setattr__(self, name, kwargs.pop(name))
+        object.__setattr__(self, "_handlers", handlers)
+        super().__init__(**kwargs)
+
+    def __setattr__(self, name, value):
+        # state.model = another_model: that one is kept from now on.
+        handlers = self.__dict__.get("_handlers", {})
+        if name in handlers:
+            handlers[name].set_value(value)
+        super().__setattr__(name, value)
+
+    def save(self):
+        for h in self._handlers.values():
+            h.save()
         super().save()
 
     def restore(self):
-        if self.model is not None:
-            self.model.load_state_dict(self._saved_model)
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(self._saved_optimizer)
+        for h in self._handlers.values():
+            h.restore()
         super().restore()
 
     def sync(self):
-        if self.model is not None:
-            broadcast_parameters(self.model.state_dict(), root_rank=0)
-        if self.optimizer is not None:
-            broadcast_optimizer_state(self.optimizer, root_rank=0, model=self.model)
+        for h in self._handlers.values():
+            h.sync(self)
         super().sync()
 
     def _state_dict(self):
         out = super()._state_dict()
-        out.update(model=self._saved_model, optimizer=self._saved_optimizer)
+        out["state_dicts"] = {name: h.saved for name, h in self._handlers.items()}
         return out
 
     def _parts(self):
-        return [("the model's state_dict", self._saved_model, True),
-                ("the optimizer's", self._saved_optimizer, True)] + super()._parts()
+        return [(_part_name(name), h.saved, True)
+                for name, h in self._handlers.items()] + super()._parts()
 
     def _load_state_dict(self, saved):
-        if self.model is not None and saved.get("model") is not None:
-            self.model.load_state_dict(saved["model"])
-        if self.optimizer is not None and saved.get("optimizer") is not None:
-            self.optimizer.load_state_dict(saved["optimizer"])
+        for name, state_dict in saved.get("state_dicts", {}).items():
+            h = self._handlers.get(name)
+            if h is not None:
+                h.saved = state_dict
+                h.restore()
         super()._load_state_dict(saved)
+
+
+def _part_name(name):
+    return {"model": "the model's state_dict", "optimizer": "the optimizer's"}.get(
+        name, "%s's state_dict" % name)
 
 
 def _mib(n):

@@ -36,15 +36,23 @@ def _scalar_key(option, index):
 def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Copies root's optimizer state (its hyper-parameters and per-parameter state) to every
     rank. A fresh optimizer takes one step with zero gradients first, so that its state exists
-    everywhere."""
+    everywhere: sparse ones for SparseAdam, and for SGD on the parameters of model's sparse
+    Embeddings (model: optional, as in Horovod)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state_dict = optimizer.state_dict()
     if not state_dict["state"]:
+        sparse = set()
+        if model is not None:
+            sparse = {id(p) for m in model.modules()
+                      if isinstance(m, torch.nn.Embedding) and m.sparse for p in m.parameters()}
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.requires_grad:
                     p.grad = p.data.new_zeros(p.shape)
+                    if isinstance(optimizer, torch.optim.SparseAdam) or (
+                            isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                        p.grad = p.grad.to_sparse()
         # A DistributedOptimizer steps without its allreduces: ranks may not all get here.
         step = getattr(optimizer, "_hvd_local_step", None)
         (step or optimizer.step)()

@@ -380,7 +380,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                               postscale_factor)
             for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
     outs = [o for _, _, o in subs]
-    return _register([h for h, _, _ in subs], subs, lambda: list(outs))
+    return _register([h for h, _, _ in subs], subs, lambda: tuple(outs))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -397,7 +397,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
         for t, (_, _, out) in zip(tensors, subs):
             if out.data_ptr() != t.data_ptr():
                 t.copy_(out)
-        return list(tensors)
+        return tuple(tensors)
     return _register([h for h, _, _ in subs], subs, finish)
 
 
@@ -445,7 +445,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     subs = [_allgather_submit(t, _name("grouped_allgather", n))
             for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
     return _register([h for h, _ in subs], subs,
-                     lambda: [_take(h, t, t.shape[1:])[0] for h, t in subs])
+                     lambda: tuple(_take(h, t, t.shape[1:])[0] for h, t in subs))
 
 
 # ---- broadcast --------------------------------------------------------------------------------
@@ -555,7 +555,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     subs = [_reducescatter_submit(t, _name("grouped_reducescatter", n), op, prescale_factor,
                                   postscale_factor)
             for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
-    return _register([s[0] for s in subs], subs, lambda: [s[3]() for s in subs])
+    return _register([s[0] for s in subs], subs, lambda: tuple(s[3]() for s in subs))
 
 
 # ---- barrier and join -------------------------------------------------------------------------

@@ -17,15 +17,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     """The methods mixed into the user's optimizer class (see DistributedOptimizer)."""
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, groups, sparse_as_dense):
+                   gradient_predivide_factor, groups, sparse_as_dense, process_set):
         self._compression = compression
-        self._op = op
-        self._predivide = gradient_predivide_factor
+        # Horovod's public attributes.
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.backward_passes_per_step = backward_passes_per_step
+        self.process_set = process_set
         self._pre, self._post = (float(x) for x in self._scale())
         # Uncompressed gradients go to the runtime directly (_Direct).
         self._direct = compression is Compression.none
-        self._sparse_as_dense = sparse_as_dense
-        self._passes = backward_passes_per_step
         params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -49,7 +51,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                            for j, p in enumerate(g["params"])}
         self._rt_names = {k: mpi_ops._name("allreduce", n) for k, n in self._names.items()}
         self._groups = self._make_groups(groups, params)
-        self._delay = {id(p): self._passes for p in params}
+        self._delay = {id(p): backward_passes_per_step for p in params}
         self._handles = {}  # id(p) or group index -> (handle, p or group, ctx)
         self._group_ready = {}
         self._synchronized = False
@@ -67,6 +69,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if groups is None or groups == 0:
             return None
         trainable = [p for p in params if p.requires_grad]
+        mine = {id(p) for p in trainable}
         if isinstance(groups, int):
             if groups < 0:
                 raise ValueError("groups should be a non-negative integer or a list of list of "
@@ -87,7 +90,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     raise ValueError("groups should be a non-negative integer or a list of list "
                                      "of torch.Tensor, each tensor in one group.")
                 seen |= set(ids)
-                lists.append([t for t in g if t.requires_grad])
+                lists.append([t for t in g if id(t) in mine])  # as Horovod: others are left out
             lists += [[p] for p in trainable if id(p) not in seen]
         else:
             raise ValueError("groups should be a non-negative integer or a list of list of "
@@ -99,7 +102,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _hook(self, p):
         key = id(p)
-        if key in self._handles and self._handles[key][0] is not None and self._delay[key] <= 0:
+        if self._delay[key] <= 0:  # submitted, or waiting for its group, since the last step
             raise AssertionError("Gradients were computed more than backward_passes_per_step "
                                  "times before call to step(). Increase backward_passes_per_step "
                                  "to accumulate gradients locally.")
@@ -126,17 +129,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._submit_group(gi)
 
     def _scale(self):
-        if self._op == Average and self._predivide != 1.0:
-            return 1.0 / self._predivide, self._predivide
+        f = self.gradient_predivide_factor
+        if self.op == Average and f != 1.0:
+            return 1.0 / f, f
         return 1.0, 1.0
 
     def _grad(self, p):
+        """The gradient to reduce: p.grad, or a dense copy of a sparse one (put back sparse by
+        _put, so that optimizers that need sparse gradients, SparseAdam, still get them)."""
         if p.grad is None:  # unused in forward: zeros, so that every rank takes part
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:
-            if not self._sparse_as_dense:
+            if not self.sparse_as_dense:
                 raise NotImplementedError("sparse gradients: use sparse_as_dense=True")
-            p.grad = p.grad.to_dense()
+            return p.grad.to_dense()
         return p.grad
 
     def _submit(self, p):
@@ -144,10 +150,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         mpi_ops' or, for an uncompressed contiguous gradient, _Direct's."""
         grad = self._grad(p)
         if self._direct and grad.is_contiguous():
-            return _Direct(grad, self._rt_names[id(p)], self._op, self._pre, self._post), p, \
+            return _Direct(grad, self._rt_names[id(p)], self.op, self._pre, self._post), p, \
                 (grad, None)
         compressed, ctx = self._compression.compress(grad)
-        h = allreduce_async_(compressed, name=self._names[id(p)], op=self._op,
+        h = allreduce_async_(compressed, name=self._names[id(p)], op=self.op,
                              prescale_factor=self._pre, postscale_factor=self._post)
         return h, p, (compressed, ctx)
 
@@ -155,7 +161,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         members = self._group_lists[gi]
         comp = [self._compression.compress(self._grad(p)) for p in members]
         h = mpi_ops.grouped_allreduce_async_([c for c, _ in comp],
-                                             name=self._names[id(members[0])], op=self._op,
+                                             name=self._names[id(members[0])], op=self.op,
                                              prescale_factor=self._pre,
                                              postscale_factor=self._post)
         for p in members:
@@ -168,7 +174,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Submits what the hooks have not (unused parameters, gradients still accumulating),
         waits for every allreduce and puts the averaged gradients in place. If one fails, it
-        still waits for the others, then raises the first error, with nothing left pending."""
+        still waits for the others, then raises the first error, with nothing left pending.
+        Without hooks (one rank) there is nothing to average: as in Horovod, it does nothing."""
+        if not self._hooks and not self._handles:
+            self._synchronized = True
+            return
         try:
             self._submit_rest()
         except BaseException:
@@ -192,17 +202,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = True
 
     def _submit_rest(self):
-        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        for p in params:
-            key = id(p)
-            entry = self._handles.get(key)
-            if self._groups is not None:
-                gi = self._groups.get(key)
-                if gi is not None and ("group", gi) not in self._handles:
-                    self._submit_group(gi)
-                continue
-            if entry is None or entry[0] is None:
-                self._handles[key] = self._submit(p)
+        for i, group in enumerate(self.param_groups):
+            for j, p in enumerate(group["params"]):
+                if p.requires_grad:
+                    self._submit_unsubmitted(p, i, j)
+
+    def _submit_unsubmitted(self, p, i, j):
+        key = id(p)
+        if key not in self._delay:
+            self._adopt(p, i, j)
+        gi = self._groups.get(key) if self._groups is not None else None
+        if gi is not None:
+            if ("group", gi) not in self._handles:
+                self._submit_group(gi)
+            return
+        entry = self._handles.get(key)
+        if entry is None or entry[0] is None:
+            self._handles[key] = self._submit(p)
+
+    def _adopt(self, p, i, j):
+        """A parameter added after wrapping (add_param_group): named by its place, as Horovod
+        names parameters without named_parameters, and reduced at step() (it has no hook).
+        Horovod leaves such parameters out; their gradients would then differ between ranks."""
+        name = "allreduce.noname.%d.%d" % (i, j)
+        self._names[id(p)] = name
+        self._rt_names[id(p)] = mpi_ops._name("allreduce", name)
+        self._delay[id(p)] = self.backward_passes_per_step
 
     def _abandon(self):
         """After a failed submission: waits for what was submitted (the runtime writes into
@@ -220,11 +245,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """The next step accumulates backward_passes_per_step passes again."""
         self._group_ready.clear()
         for k in self._delay:
-            self._delay[k] = self._passes
+            self._delay[k] = self.backward_passes_per_step
 
     def _put(self, p, compressed, ctx):
         out = self._compression.decompress(compressed, ctx)
-        if out.data_ptr() != p.grad.data_ptr():
+        if p.grad.is_sparse:
+            p.grad.zero_().add_(out.to_sparse())
+        elif out.data_ptr() != p.grad.data_ptr():
             p.grad.copy_(out)
 
     @contextlib.contextmanager
@@ -260,13 +287,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
-        self._passes = passes
+        self.backward_passes_per_step = passes
         self._reset_passes()
 
     def load_state_dict(self, *args, **kwargs):
         self._handles.clear()
         self._synchronized = False
-        self.set_backward_passes_per_step(self._passes)
+        self._should_synchronize = True
+        self.set_backward_passes_per_step(self.backward_passes_per_step)
         return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
 
@@ -320,9 +348,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     opt = cls.__new__(cls)
-    opt.__dict__.update(optimizer.__dict__)  # the same param groups, defaults and state
+    # The same param groups, defaults and state, but not instance attributes that would hide
+    # this class's methods: an LR scheduler made before wrapping sets optimizer.step, which
+    # would step without the allreduces.
+    opt.__dict__.update({k: v for k, v in optimizer.__dict__.items()
+                         if k not in _DistributedOptimizer.__dict__})
     opt._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, groups, sparse_as_dense)
+                   gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return opt
 
 
