@@ -565,7 +565,8 @@ def horovod_parity():
 
 def _parity_state(torch, hvd, r, linear):
     """TorchState keeps every model and optimizer argument by state_dict (a GAN's two of each),
-    commits what plain pickle refuses, and State takes Horovod's arguments and calls reset()."""
+    commits what plain pickle refuses, ElasticSampler splits what is left of an epoch, and
+    State takes Horovod's arguments and calls reset()."""
     bad = []
     gen, disc = linear(1.0 + r), linear(5.0 + r)
     gopt = torch.optim.SGD(gen.parameters(), lr=0.1, momentum=0.9)
@@ -585,6 +586,34 @@ def _parity_state(torch, hvd, r, linear):
     state.restore()
     if disc.weight[0, 0].item() != 5.0:
         bad.append("rank %d: restore() left the disc model at %s" % (r, disc.weight.tolist()))
+
+    # ElasticSampler: rank r's share of what is left of the epoch, back to the commit by
+    # restore(); the order computed here as documented (seeded with seed + epoch).
+    import random
+    n = hvd.size()
+    sampler = hvd.elastic.ElasticSampler(list(range(10)), shuffle=True, seed=3)
+    st = hvd.elastic.TorchState(sampler=sampler)
+    st.sync()
+
+    def share(epoch, done):
+        order = list(range(10))
+        random.Random(3 + epoch).shuffle(order)
+        left = order[done:]
+        per = -(-len(left) // n)
+        left += left[:per * n - len(left)]
+        return left[r:per * n:n]
+
+    if list(sampler) != share(0, 0) or len(sampler) != len(share(0, 0)):
+        bad.append("rank %d: ElasticSampler gave %s, want %s" % (r, list(sampler), share(0, 0)))
+    sampler.record_batch(0, 2)
+    st.commit()
+    sampler.set_epoch(1)
+    if list(sampler) != share(1, 0):
+        bad.append("rank %d: ElasticSampler epoch 1 gave %s" % (r, list(sampler)))
+    st.restore()
+    if list(sampler) != share(0, 2 * n):
+        bad.append("rank %d: ElasticSampler after restore() gave %s, want %s" % (
+            r, list(sampler), share(0, 2 * n)))
 
     class Counter(hvd.elastic.State):
         def __init__(self):

@@ -27,6 +27,7 @@ import copy
 import functools
 import io
 import os
+import random
 import sys
 
 import cloudpickle
@@ -35,7 +36,7 @@ import torch
 from .. import _runtime as _rt
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import (HorovodInternalError, HostsUpdatedInterrupt, init, is_initialized, rank,
-                      shutdown)
+                      shutdown, size)
 
 #: The status a rank ends with for a reset (HVD_ELASTIC_EXIT_RESET of include/hvd/defaults.h).
 RESET_STATUS = 75
@@ -124,7 +125,7 @@ class State:
                 raise
             raise ElasticError(self._too_large(len(blob))) from e
 
-    def _too_large(self, size):
+    def _too_large(self, nbytes):
         limit = _rt.ELASTIC_STATE_MAX
         sizes = [(what, _saved_size(obj), trainable) for what, obj, trainable in self._parts()]
         parts = ", ".join("%s %s" % (what, _mib(n)) for what, n, _ in sizes)
@@ -138,7 +139,7 @@ class State:
                     "state's keyword attributes")
         return ("the state to commit is %s%s, over the %d MiB a task service keeps "
                 "(HVD_ELASTIC_STATE_MAX): %s" % (
-                    _mib(size), " (%s)" % parts if parts else "", limit >> 20, what))
+                    _mib(nbytes), " (%s)" % parts if parts else "", limit >> 20, what))
 
     def _restore_committed(self):
         """Loads the newest commit that survives, on every rank (collective). Returns whether
@@ -218,19 +219,80 @@ class _OptimizerHandler(_Handler):
                                   model=torch.nn.ModuleList(models) if models else None)
 
 
+class _SamplerHandler(_Handler):
+    def sync(self, state):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+
+
 def _handler(value):
     if isinstance(value, torch.nn.Module):
         return _ModelHandler(value)
     if isinstance(value, torch.optim.Optimizer):
         return _OptimizerHandler(value)
+    if isinstance(value, ElasticSampler):
+        return _SamplerHandler(value)
     return None
+
+
+class ElasticSampler(torch.utils.data.Sampler):
+    """Horovod's ElasticSampler: splits a dataset's indices over the ranks, like
+    DistributedSampler, and after a reset splits what is left of the epoch over the new ranks.
+    Put it in the TorchState (``TorchState(model, opt, sampler=sampler)``), call
+    ``record_batch(batch_idx, batch_size)`` after each batch and ``set_epoch(epoch)`` at the end
+    of each epoch. dataset: its size must not change; shuffle: a new order each epoch, the same
+    on every rank (seeded with seed + epoch)."""
+
+    def __init__(self, dataset, shuffle=True, seed=0):
+        self.dataset, self.shuffle, self.seed = dataset, shuffle, seed
+        self.epoch = 0
+        self.processed_num = 0  # samples of this epoch done, over all ranks
+        self.reset()
+
+    def set_epoch(self, epoch):
+        """Starts epoch `epoch` afresh (call it at the end of an epoch, so that a reset in the
+        middle of one does not go over its samples again)."""
+        self.epoch = epoch
+        self.processed_num = 0
+        self.reset()
+
+    def record_batch(self, batch_idx, batch_size):
+        """batch_size samples done on every rank."""
+        self.processed_num += batch_size * self.num_replicas
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "processed_num": self.processed_num}
+
+    def load_state_dict(self, state_dict):
+        self.epoch = state_dict["epoch"]
+        self.processed_num = state_dict["processed_num"]
+        self.reset()
+
+    def reset(self):
+        """Splits the epoch's remaining indices over the ranks there are now."""
+        self.num_replicas, self.rank = size(), rank()
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        self.remaining_indices = order[self.processed_num:]
+        self.num_samples = -(-len(self.remaining_indices) // self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    def __iter__(self):
+        # Padded with the first indices to a multiple of the ranks, then every rank's share.
+        padded = self.remaining_indices + self.remaining_indices[
+            :self.total_size - len(self.remaining_indices)]
+        self.indices = padded[self.rank:self.total_size:self.num_replicas]
+        return iter(self.indices)
+
+    def __len__(self):
+        return self.num_samples
 
 
 class TorchState(ObjectState):
     """Models, optimizers and keyword attributes (Horovod's TorchState): every argument that is
-    a torch.nn.Module or a torch.optim.Optimizer (model, optimizer, or any keyword: a GAN's two
-    models and two optimizers) is saved, restored and synced through its state_dict; the other
-    keyword arguments as ObjectState's attributes."""
+    a torch.nn.Module, a torch.optim.Optimizer or an ElasticSampler (model, optimizer, or any
+    keyword: a GAN's two models and two optimizers) is saved, restored and synced through its
+    state_dict; the other keyword arguments as ObjectState's attributes."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
@@ -374,5 +436,5 @@ def run(func):
     return wrapper
 
 
-__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticError", "RESET_STATUS",
-           "FAILURE_STATUS"]
+__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "ElasticError",
+           "RESET_STATUS", "FAILURE_STATUS"]
