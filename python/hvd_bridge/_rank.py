@@ -18,18 +18,6 @@ def _read_all(fd):
         chunks.append(b)
 
 
-# The runtime's error on the ranks still waiting in a collective when another rank shut it down
-# (typically at exit, after its function raised).
-_PEER_SHUTDOWN = "the runtime was shut down (hvd_shutdown on "
-# How long such a rank waits before it reports: the rank whose failure started it all reports
-# first, so the job's error names that rank, and mpirun stops this one meanwhile.
-_FOLLOWER_LINGER_S = 1.0
-
-
-def _followed_a_peer(e):
-    return type(e).__name__ == "HorovodInternalError" and str(e).startswith(_PEER_SHUTDOWN)
-
-
 def _write_all(fd, data):
     view = memoryview(data)
     while view:
@@ -64,9 +52,8 @@ def main():
         sys.stderr.flush()
         out = cloudpickle.dumps(("error", type(e).__name__, str(e), tb))
         status = e.code if isinstance(e, SystemExit) and isinstance(e.code, int) and e.code else 1
-        if _followed_a_peer(e):
-            import time
-            time.sleep(_FOLLOWER_LINGER_S)
+        from . import _follower
+        _follower.linger(e)  # a follower of another rank's failure reports after it
     sys.stdout.flush()
     _write_all(result_fd, out)
     os.close(result_fd)

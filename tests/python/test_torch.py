@@ -13,6 +13,8 @@ hvd-rsh, hvd-exec; label python, torch):
                      DistributedOptimizer.step(), and the runtime keeps working
   failure_blame      rank 1 raises while rank 0 waits in an allreduce (which then fails because
                      rank 1's runtime shut down): the JobError names rank 1, three times
+  failure_blame_program  the same for a program under hvd-driver (horovodrun's way): the
+                     driver's last line names rank 1
   training_parity    an MLP on scikit-learn's bundled digits with DistributedOptimizer on 1,
                      2 and 4 ranks at the same global batch: the final parameters are equal
                      within float tolerance, and the test accuracy is at least 0.95
@@ -230,6 +232,36 @@ def test_horovod_script():
     check(rc == 0, "the script failed (%d):\n%s\n%s" % (rc, out[-3000:], err[-3000:]))
     acc = [float(m) for m in re.findall(r"epoch 3: test loss \S+, accuracy (\d\.\d+)", out)]
     check(acc and acc[0] >= 0.9, "rank 0's accuracy after 4 epochs: %s\n%s" % (acc, out))
+
+
+RAISES_SCRIPT = r"""
+import torch, hvd_bridge.torch as hvd
+hvd.init()
+for step in range(100):
+    if hvd.rank() == 1 and step == 3:
+        raise ValueError("rank 1 gives up at step 3")
+    hvd.allreduce(torch.ones(10), name="x")
+"""
+
+
+def test_failure_blame_program():
+    """failure_blame for a program under hvd-driver (as horovodrun runs one): the driver's
+    last line names rank 1, whose exception stopped rank 0's allreduce, three times (it named
+    rank 0 in 3 of 6 runs before rank 0 waited a moment before raising)."""
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "raises.py")
+        with open(script, "w") as f:
+            f.write(RAISES_SCRIPT)
+        for attempt in range(3):
+            mark = uuid.uuid4().hex
+            cmd = [os.path.join(ARGS.pythonpath, "hvd_bridge", "bin", "hvd-driver"), "run",
+                   "-np", "2", "--local", "1", "--", sys.executable, script]
+            rc, out, err, _ = hvdtest.run(cmd, env=hvdtest.marked_env(mark), timeout=120)
+            hvdtest.assert_no_leftovers(mark, 15)
+            last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1:]
+            check(rc != 0 and last and re.search(
+                r"job failed: rank 1 .*ValueError: rank 1 gives up at step 3", last[0]),
+                "attempt %d: the last line names rank 1 (%d): %s" % (attempt + 1, rc, last))
 
 
 def test_no_shutdown():

@@ -13,6 +13,8 @@
   too_large  a TorchState over the 60 MiB a task service keeps: every rank fails at its first
              commit (ElasticError, status 1) with one line giving the sizes and what to do, and
              the job ends, instead of resetting for ever (HorovodInternalError, status 75)
+  own_failure  rank 1's own code raises in an elastic job (rank 0 waits in an allreduce): the
+             reset blames rank 1 and blacklists its host, the job ends on the other one
   after_shutdown  collectives after hvd.shutdown() raise HorovodInternalError (as Horovod's
              do), bad arguments still ValueError (one process)
 
@@ -237,6 +239,54 @@ def test_too_large():
                         r"fails .*the state to commit is 80\.0 MiB", last),
               "the driver's last line says why: %s" % last)
         check(took < JOB_LIMIT / 2, "the job ended at its first commit (%.0f s)" % took)
+
+
+OWN_FAILURE = r"""
+import torch, hvd_bridge.torch as hvd
+hvd.init()
+model = torch.nn.Linear(4, 1)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                               named_parameters=model.named_parameters())
+state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+
+@hvd.elastic.run
+def train(state):
+    for state.step in range(state.step, 20):
+        opt.zero_grad()
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        if hvd.rank() == 1 and hvd.size() > 1 and state.step == 3:
+            raise ValueError("rank 1 fails on its own")
+        state.commit()
+    print("done with %d ranks" % hvd.size(), flush=True)
+
+train(state)
+"""
+
+
+def test_own_failure():
+    """A rank whose own code raises, while the other waits in an allreduce (which then fails
+    because the failing rank's exit shut the runtime down): the reset blames that rank and
+    blacklists its host, and the job ends on the other host. Before, the other rank's reset
+    (status 75) won the race in 3 of 3 runs, the failure was never blamed, and the job reset
+    on the same hosts for ever."""
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "own_failure.py")
+        with open(script, "w") as f:
+            f.write(OWN_FAILURE)
+        mark = uuid.uuid4().hex
+        rc, out, err, _ = hvdtest.run(driver_cmd(
+            "-np", "2", "--min-np", "1", "--max-np", "2", "--local", "2", "--reset-limit", "3",
+            "--host-discovery-script", "printf 'elpyA:1\\nelpyB:1\\n'", "--",
+            sys.executable, script), env=hvdtest.marked_env(mark), timeout=JOB_LIMIT)
+        hvdtest.assert_no_leftovers(mark, 15)
+        check(rc == 0, "the job failed (%d):\n%s" % (rc, err[-4000:]))
+        resets = [l for l in err.splitlines() if l.startswith("hvd-driver: reset")]
+        check(len(resets) == 1 and re.search(
+            r"reset 1: rank 1 \(task \d+ on host elpyB\) failed with status 1: .*ValueError: "
+            r"rank 1 fails on its own; host elpyB blacklisted", resets[0]),
+            "one reset, blaming rank 1 and its host:\n%s" % "\n".join(resets or [err[-3000:]]))
+        check("done with 1 ranks" in out, "the job ended on one host:\n%s" % out[-2000:])
 
 
 def test_after_shutdown():

@@ -33,6 +33,7 @@ import sys
 import cloudpickle
 import torch
 
+from .. import _follower
 from .. import _runtime as _rt
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import (HorovodInternalError, HostsUpdatedInterrupt, init, is_initialized, rank,
@@ -427,6 +428,7 @@ def run(func):
         except HorovodInternalError as e:
             if not elastic:
                 raise
+            _follower.linger(e)  # the rank that failed on its own is heard first, and blamed
             _end_for_reset("a collective failed: %s" % e, False)
         except ElasticError as e:
             if not elastic:

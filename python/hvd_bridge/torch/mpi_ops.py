@@ -11,9 +11,19 @@ import threading
 
 import torch
 
+from .. import _follower
 from .. import _runtime as _rt
 
 HorovodInternalError = _rt.HorovodInternalError
+
+def _wait(rt_handle):
+    """The runtime's wait; a failure that only followed another rank's shutdown is raised a
+    moment later (hvd_bridge._follower)."""
+    try:
+        _rt.wait(rt_handle)
+    except HorovodInternalError as e:
+        _follower.linger(e)
+        raise
 
 
 class HostsUpdatedInterrupt(RuntimeError):
@@ -312,7 +322,7 @@ def synchronize(handle):
     error = None
     for h in p.rt_handles:  # every one, even after a failure: each must be released
         try:
-            _rt.wait(h)
+            _wait(h)
         except HorovodInternalError as e:
             error = error or e
     if error is not None:
@@ -563,7 +573,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 def barrier(process_set=global_process_set):
     """Returns once every rank has called barrier()."""
     _check_process_set(process_set)
-    _rt.wait(_rt.barrier_async())
+    _wait(_rt.barrier_async())
 
 
 def join(device=-1):
@@ -574,5 +584,5 @@ def join(device=-1):
     every rank saying so). Average still divides by size(). Any other collective submitted while
     a rank is joined fails on the ranks that submitted it. Returns the rank that joined last."""
     last = torch.full((1,), -1, dtype=torch.int32)
-    _rt.wait(_rt.join_async(-1 if device is None else int(device), last.data_ptr()))
+    _wait(_rt.join_async(-1 if device is None else int(device), last.data_ptr()))
     return int(last.item())

@@ -313,7 +313,7 @@ class _Direct:
 
 def _wait(h):
     if isinstance(h, _Direct):
-        mpi_ops._rt.wait(h.rt_handle)
+        mpi_ops._wait(h.rt_handle)
     else:
         synchronize(h)
 
