@@ -1,6 +1,7 @@
 /* One job's launcher (include/hvd/launch.h): the command line of DESIGN.md section 2 step 4 in
  * the dialect of its MPI (section 5d: Open MPI 4, Open MPI 5, MPICH), run through the process
  * runner and waited for. */
+#include <ctype.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <limits.h>
@@ -240,13 +241,60 @@ void hvd_launch_parts_free(hvd_launch_parts *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* Whether the ranks get this process's variable name with forward_env: not hvd-bridge's own
+ * (the job's secret, the task's addresses), not MPI's or its launcher's, not TMPDIR (each host
+ * has its own), not the shell's bookkeeping, nor Horovod's exclusions (BASH_FUNC_*, OLDPWD,
+ * CUDA_VISIBLE_DEVICES: each rank has its own GPUs). */
+static bool forwarded(const char *name, size_t len) {
+    static const char *const prefixes[] = {"HVD_",   "OMPI_",  "PMIX_",      "PRTE_", "PMI_",
+                                           "HYDRA_", "MPICH_", "BASH_FUNC_", "SSH_",  NULL};
+    static const char *const names[] = {"TMPDIR", "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", NULL};
+    for (size_t i = 0; i < len; i++)
+        if (!(isalnum((unsigned char)name[i]) || name[i] == '_')) return false;
+    for (size_t i = 0; prefixes[i]; i++)
+        if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return false;
+    for (size_t i = 0; names[i]; i++)
+        if (strlen(names[i]) == len && strncmp(name, names[i], len) == 0) return false;
+    static const char cvd[] = "CUDA_VISIBLE_DEVICES";
+    return !(len >= sizeof cvd - 1 &&
+             strncmp(name + len - (sizeof cvd - 1), cvd, sizeof cvd - 1) == 0);
+}
+
+/* Whether one of words ("NAME=VALUE", or after "-x" in args) sets the variable name. */
+static bool sets(const char *const *words, bool after_x, const char *name, size_t len) {
+    for (size_t i = 0; words && words[i]; i++) {
+        const char *w = words[i];
+        if (after_x && (strcmp(w, "-x") != 0 || !(w = words[++i]))) continue;
+        if (strncmp(w, name, len) == 0 && w[len] == '=') return true;
+    }
+    return false;
+}
+
+/* Open MPI's -x NAME (the value comes from mpirun's environment, this process's: nothing of it
+ * on the command line) for each variable of this process that forwarded() lets through and
+ * that the job does not set otherwise (its args, the rank environment). */
+static void add_forwarded_env(hvd_strb *b, char *const *args, const char *const *env) {
+    extern char **environ;
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : 0;
+        if (!len || !forwarded(*e, len) || sets((const char *const *)args, true, *e, len) ||
+            sets(env, false, *e, len))
+            continue;
+        hvd_strb_add(b, "-x");
+        hvd_strb_addf(b, "%.*s", (int)len, *e);
+    }
+}
+
 /* cfg->rank_env appended to the parts' args, in this MPI's words. Returns 0, or -1 with err. */
-static int add_rank_env(hvd_launch_parts *p, const char *const *env, hvd_err *err) {
-    if (!env || !env[0]) return 0;
+static int add_rank_env(hvd_launch_parts *p, const char *const *env, bool forward, hvd_err *err) {
+    forward = forward && p->mpi != HVD_MPI_MPICH; /* Hydra passes its environment on itself */
+    if ((!env || !env[0]) && !forward) return 0;
     hvd_strb b = {0};
     for (size_t i = 0; p->args && p->args[i]; i++)
         hvd_strb_add(&b, p->args[i]);
-    for (size_t i = 0; env[i]; i++) {
+    if (forward) add_forwarded_env(&b, p->args, env);
+    for (size_t i = 0; env && env[i]; i++) {
         const char *eq = strchr(env[i], '=');
         if (!eq || eq == env[i]) {
             hvd_strb_free(&b);
@@ -290,7 +338,7 @@ int hvd_launch_parts_make(hvd_driver *d, const hvd_launch_config *cfg, char *con
         hvd_launch_parts_free(out);
         return hvd_err_set(err, HVD_E_INTERNAL, "out of memory building the mpirun command");
     }
-    if (add_rank_env(out, cfg->rank_env, err) != 0) {
+    if (add_rank_env(out, cfg->rank_env, cfg->forward_env, err) != 0) {
         hvd_launch_parts_free(out);
         return -1;
     }

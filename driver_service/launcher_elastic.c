@@ -31,12 +31,27 @@ typedef struct elastic_job {
     char **refused; /* names not started, said once each (NULL-terminated, or NULL) */
 } elastic_job;
 
+static bool is_this_machine(const char *host);
+
 /* Says once per name why a discovered host gets no task services. */
-static void refuse_host(elastic_job *j, const char *name) {
+static void refuse_host(elastic_job *j, const char *name, bool too_many) {
     if (j->refused && hvd_strv_has((const char *const *)j->refused, name)) return;
-    fprintf(stderr, "hvd-driver: warning: not starting host '%s' (%s; at most %d tasks)\n", name,
-            j->ssh ? "not this machine's name" : "a fake host's name is 1 to 127 of [A-Za-z0-9_-]",
-            HVD_ELASTIC_LOCAL_TASKS_MAX);
+    const char *at = strrchr(name, '@');
+    if (too_many)
+        fprintf(stderr,
+                "hvd-driver: warning: not starting host '%s': the job would have more "
+                "than %d task services\n",
+                name, HVD_ELASTIC_LOCAL_TASKS_MAX);
+    else if (j->ssh && is_this_machine(at ? at + 1 : name))
+        fprintf(stderr,
+                "hvd-driver: warning: not starting host '%s': it names this machine, "
+                "where mpirun would start its daemon itself, outside every task "
+                "service; for ranks on this machine run without --ssh (--local)\n",
+                name);
+    else
+        fprintf(stderr, "hvd-driver: warning: not starting host '%s': %s\n", name,
+                j->ssh ? "a host name has at most 255 characters"
+                       : "a fake host's name is 1 to 127 of [A-Za-z0-9_-]");
     size_t n = j->refused ? hvd_strv_len((const char *const *)j->refused) : 0;
     char **v = realloc(j->refused, (n + 2) * sizeof *v);
     if (!v) return;
@@ -119,8 +134,9 @@ static void on_hosts(void *user, const hvd_elastic_host *v, size_t n) {
             if (host_ended(j, h)) start_host(j, h);
             continue;
         }
-        if (!name_ok(j, v[i].name) || j->next_index + v[i].slots > HVD_ELASTIC_LOCAL_TASKS_MAX) {
-            refuse_host(j, v[i].name);
+        bool too_many = j->next_index + v[i].slots > HVD_ELASTIC_LOCAL_TASKS_MAX;
+        if (!name_ok(j, v[i].name) || too_many) {
+            refuse_host(j, v[i].name, too_many && name_ok(j, v[i].name));
             continue;
         }
         found_host *g = realloc(j->hosts, (j->nhosts + 1) * sizeof *g);
@@ -163,6 +179,7 @@ int elastic_run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks 
                             .mpirun = o->mpirun,
                             .mpi_args = o->mpi_args,
                             .rank_env = o->rank_env,
+                            .forward_env = o->ssh_discovered, /* local tasks inherit it */
                             .timeout_s = o->timeout_s,
                             .start_timeout_ms = o->start_timeout_s * 1000,
                             .stop = watch_stop_flag(),

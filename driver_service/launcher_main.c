@@ -296,6 +296,7 @@ static int run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks *
                             .exec_bin_dir = exec_dir,
                             .mpi_args = o->mpi_args,
                             .rank_env = o->rank_env,
+                            .forward_env = o->ssh_hosts != NULL, /* local tasks inherit it */
                             .output_dir = o->output_arg,
                             .timeout_s = o->timeout_s,
                             .start_timeout_ms = o->start_timeout_s * 1000,

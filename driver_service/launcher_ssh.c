@@ -13,7 +13,8 @@
  *   d=${TMPDIR:-/tmp}/hvd-ssh.<token>.<k>; mkdir -m 700 "$d"; TMPDIR=$d; export TMPDIR
  *   [--ssh-fake-hosts: OMPI_MCA_btl_vader_backing_directory=$d]
  *   mkdir "$d/task<i>" ...
- *   (cd "$d/task<i>" && exec <bin>/hvd-task --driver <addrs> --index <i> ...) &  per task
+ *   (cd <driver's cwd> || cd "$d/task<i>" && exec <bin>/hvd-task --driver <addrs> --index <i>
+ *    ...) &  per task
  *   wait for each; rm -rf "$d"; exit with the first failure
  *
  * The secret never appears on a command line: it travels in the session's stdin. TMPDIR is a
@@ -86,6 +87,7 @@ struct ssh_tasks {
     char secret_line[64];   /* base64 secret + '\n', the sessions' stdin */
     char *warm_python;      /* $HVD_WARM_PYTHON and $HVD_WARM_IMPORTS of the driver, passed */
     char *warm_imports;     /* on to the hosts' hvd-tasks (NULL: not set) */
+    char *cwd;              /* the driver's working directory: the ranks' where it exists */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int running;      /* sessions not yet ended */
@@ -280,7 +282,15 @@ static char *launch_command(const ssh_tasks *st, const ssh_host *h, int k,
         sb_add(&s, " \"$d/task%d\"", t);
     sb_add(&s, " || exit 1; pids=; ");
     for (int t = h->first_task; t < h->first_task + h->ntasks; t++) {
-        sb_add(&s, "(cd \"$d/task%d\" && exec \"$b\" --driver ", t);
+        /* In the driver's directory where the host has it, as mpirun and horovodrun start
+         * remote ranks; else in the task's own. */
+        sb_add(&s, "(");
+        if (st->cwd) {
+            sb_add(&s, "cd ");
+            sb_quote(&s, st->cwd);
+            sb_add(&s, " 2>/dev/null || ");
+        }
+        sb_add(&s, "cd \"$d/task%d\" && exec \"$b\" --driver ", t);
         sb_quote(&s, driver_addrs);
         sb_add(&s, " --index %d --start-timeout %d --net-timeout %d --log-level %s", t,
                o->start_timeout_s, o->net_timeout_s, o->verbose ? "info" : "warn");
@@ -451,6 +461,7 @@ static void free_tasks(ssh_tasks *st) {
     memset(st->secret_line, 0, sizeof st->secret_line);
     free(st->warm_python);
     free(st->warm_imports);
+    free(st->cwd);
     free(st);
 }
 
@@ -490,6 +501,7 @@ static ssh_tasks *tasks_new(const launch_opts *o, hvd_driver *d, char *const *jo
     snprintf(st->bin_dir, sizeof st->bin_dir, "%s",
              o->ssh_bin_dir ? o->ssh_bin_dir : hvd_launch_bin_dir());
     const char *warm = getenv(HVD_WARM_PYTHON_ENV), *imports = getenv(HVD_WARM_IMPORTS_ENV);
+    st->cwd = getcwd(NULL, 0); /* NULL (removed, too long): the task directories */
     if ((warm && *warm && !(st->warm_python = strdup(warm))) ||
         (imports && !(st->warm_imports = strdup(imports)))) { /* "": import nothing */
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory");

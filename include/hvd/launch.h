@@ -82,6 +82,11 @@ typedef struct hvd_launch_config {
                                      HVD_LAUNCH_STOP_LOST (also after an ordinary stop) */
     hvd_log_fn log;               /* the mpirun command line and progress; NULL: none */
     void *log_user;
+    bool forward_env; /* pass this process's environment on to the ranks, as
+                         horovodrun does (Open MPI's -x NAME for each variable but
+                         hvd-bridge's, MPI's, TMPDIR and a few of the shell's;
+                         Hydra forwards it by itself): for task services that do
+                         not inherit it (ssh hosts) */
 } hvd_launch_config;
 
 /* How the job's mpirun ended. */

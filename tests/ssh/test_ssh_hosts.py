@@ -14,6 +14,8 @@ remote), each with its own sshd and host keys (fake_ssh_hosts.py). Cases:
   rsh_unreachable_port  nothing listens there: refused at once
   driver_ssh_hosts      hvd-driver run --ssh-hosts 127.0.0.2:2,127.0.0.3:2 with the shared
                         object entry point: results in rank order, each rank in the right task
+  driver_env_cwd        the ranks run in the driver's directory with its environment (a
+                        relative program path, a variable of the driver's), as horovodrun's
   driver_failing_rank   the same with rank 1 failing: exit 3, rank 1 named
   driver_interrupt      SIGINT to hvd-driver while the ranks run
   driver_killed         SIGKILL to hvd-driver while the ranks run
@@ -232,6 +234,33 @@ def test_driver_warm_python():
                 cmdline = f.read()
             check("-m hvd_bridge._warm" in cmdline and "--imports json" in cmdline,
                   "rank %d was forked from the warm interpreter; its command line: %r" % (r, cmdline))
+
+
+RANK_WHERE = """import json, os
+with open("where" + os.environ["OMPI_COMM_WORLD_RANK"], "w") as f:  # relative: in its cwd
+    json.dump({"cwd": os.getcwd(), "var": os.environ.get("E2E_FORWARDED"),
+               "tmpdir": os.environ.get("TMPDIR")}, f)
+"""
+
+
+def test_driver_env_cwd():
+    """As horovodrun's (and mpirun's) remote ranks: the ranks on the ssh hosts run in the
+    driver's directory (it exists on these hosts), so a relative program path works, and get
+    the driver's environment (E2E_FORWARDED), but their own host's TMPDIR. Before, they ran
+    in the task's directory under TMPDIR with the ssh login's environment."""
+    with Case() as c:
+        with open(os.path.join(c.tmp, "where.py"), "w") as f:
+            f.write(RANK_WHERE)
+        env = dict(c.env, E2E_FORWARDED="from the driver")
+        rc, so, se, dt = run(c.driver("--", sys.executable, "where.py"), env, cwd=c.tmp)
+        check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        for r in range(4):
+            with open(os.path.join(c.tmp, "where%d" % r)) as f:
+                w = json.load(f)
+            check(os.path.realpath(w["cwd"]) == os.path.realpath(c.tmp) and
+                  w["var"] == "from the driver" and w["tmpdir"] != env.get("TMPDIR") and
+                  "/hvd-ssh." in (w["tmpdir"] or ""),
+                  "rank %d: cwd, the driver's variable, the host's TMPDIR: %s" % (r, w))
 
 
 def test_driver_failing_rank():
