@@ -50,6 +50,7 @@ typedef struct el_run {
     bool pending;        /* the ranks were told that the hosts changed */
     int failed_launches; /* launches in a row that ended with no rank reporting, no task lost */
     bool discovered;     /* the discovery script answered once */
+    char script_err[HVD_ERR_MAX]; /* its last failure, said once until it answers again */
     hvd_proc *mpirun;
     char why[768]; /* why the last launch ended (the reset line says it) */
 } el_run;
@@ -96,9 +97,13 @@ static int discover(el_run *r, hvd_err *err) {
             if (err) *err = e;
             return -1;
         }
-        progress(r, "warning: %s; keeping its last answer", e.msg);
+        if (strcmp(e.msg, r->script_err) != 0) /* not once a second for as long as it lasts */
+            progress(r, "warning: %s; keeping its last answer", e.msg);
+        snprintf(r->script_err, sizeof r->script_err, "%s", e.msg);
         return 0;
     }
+    if (r->script_err[0]) progress(r, "the host discovery script answers again");
+    r->script_err[0] = '\0';
     r->discovered = true;
     free(r->hosts.disc);
     r->hosts.disc = v;

@@ -27,9 +27,19 @@ def _elastic_flags(elastic):
                       ("reset_limit", "--reset-limit"), ("elastic_timeout", "--elastic-timeout")):
         if name in e:
             flags += [opt, str(e[name])]
+    for name in ("min_np", "max_np", "slots"):
+        if name in e:
+            _job.rank_count(e[name], name)
+    if e.get("min_np", 1) > e.get("max_np", e.get("min_np", 1)):
+        raise ValueError("min_np (%d) must not exceed max_np (%d)" % (e["min_np"], e["max_np"]))
     if "cooldown_range" in e:
-        lo, hi = e["cooldown_range"]
-        flags += ["--blacklist-cooldown-range", str(lo), str(hi)]
+        c = e["cooldown_range"]
+        if (not isinstance(c, (tuple, list)) or len(c) != 2 or
+                not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in c) or
+                c[0] > c[1]):
+            raise ValueError("cooldown_range must be (min, max) seconds, whole numbers with "
+                             "0 <= min <= max, got %r" % (c,))
+        flags += ["--blacklist-cooldown-range", str(c[0]), str(c[1])]
     if flags and not any(f in flags for f in ("--min-np", "--host-discovery-script")):
         flags += ["--min-np", "1"]  # --max-np alone: elastic from one rank up
     return flags
