@@ -169,10 +169,12 @@ static int reserve_lists(rt_cycle *b, size_t n) {
            rt_fusion_reserve(&b->groups, n);
 }
 
-/* Adds e's bytes to (sign 1) or removes them from (sign -1) what fusion could pack. */
+/* Adds e's bytes to (sign 1) or removes them from (sign -1) what fusion could pack. An empty
+ * allreduce counts as a member too: fusion packs it with the others, and a group of it and
+ * one other tensor still needs the buffer (before, such a first fused group found none). */
 static void count_fusable(rt_cycle *b, const rt_entry *e, int sign) {
+    if (!rt_entry_fusable(e, b->cfg.fusion_threshold)) return;
     int64_t bytes = rt_entry_fusable_bytes(e, b->cfg.fusion_threshold);
-    if (bytes == 0) return;
     if (e->p.on_device) {
         b->fusable_device += bytes * sign;
         b->nfusable_device += sign;

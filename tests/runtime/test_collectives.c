@@ -362,10 +362,32 @@ static void test_barrier_and_ids(void) {
     CHECK(y == g_size * (g_size + 1) / 2);
 }
 
+/* The process's first fused group: an empty allreduce and a one-element one, submitted back to
+ * back (one cycle fuses them). The runtime used to reserve the fusion buffer only for cycles
+ * with two non-empty fusable allreduces, so this group found no buffer and failed with
+ * "internal error: the fusion buffer was not reserved" (seen as a rare failure of
+ * test_async_all at one rank, whose first cycle can hold just such a pair). Runs first: later
+ * the buffer exists. */
+static void test_first_fused_empty(void) {
+    float none = 0, one_in = 1.0f + (float)g_rank, one_out = -1;
+    hvd_handle h[2];
+    hvd_err err = {0};
+    CHECK_MSG(hvd_allreduce_async("first.empty", &none, &none, 0, HVD_FLOAT32, HVD_OP_SUM,
+                                  HVD_DEVICE_CPU, &h[0], &err) == 0,
+              "%s", err.msg);
+    CHECK_MSG(hvd_allreduce_async("first.one", &one_in, &one_out, 1, HVD_FLOAT32, HVD_OP_SUM,
+                                  HVD_DEVICE_CPU, &h[1], &err) == 0,
+              "%s", err.msg);
+    for (int i = 0; i < 2; i++)
+        CHECK_MSG(hvd_wait(h[i], &err) == 0, "%s", err.msg);
+    CHECK(one_out == (float)(g_size * (g_size + 1) / 2));
+}
+
 int main(void) {
     tl_init();
     g_rank = hvd_rank();
     g_size = hvd_size();
+    RUN(test_first_fused_empty);
     RUN(test_barrier_and_ids);
     RUN(test_async_all);
     RUN(test_async_repeat_cached);
