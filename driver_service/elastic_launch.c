@@ -52,7 +52,8 @@ typedef struct el_run {
     bool discovered;     /* the discovery script answered once */
     char script_err[HVD_ERR_MAX]; /* its last failure, said once until it answers again */
     hvd_proc *mpirun;
-    char why[768]; /* why the last launch ended (the reset line says it) */
+    char *mpirun_tmpdir; /* its TMPDIR (launch_tmpdir_make) */
+    char why[768];       /* why the last launch ended (the reset line says it) */
 } el_run;
 
 static void progress(el_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -225,10 +226,15 @@ static char **launch_args(el_run *r) {
 
 /* Starts mpirun over r->plan's tasks with argv. Returns 0, or -1 with err. */
 static int start_mpirun(el_run *r, hvd_launch_config *lc, char **argv, hvd_err *err) {
-    char **envp = mpirun_env(r->d, lc, &r->parts, err);
-    if (!envp) return -1;
+    char *tmpdir = launch_tmpdir_make(err);
+    char **envp = tmpdir ? mpirun_env(r->d, lc, &r->parts, tmpdir, err) : NULL;
+    if (!envp) {
+        launch_tmpdir_remove(tmpdir);
+        return -1;
+    }
     hvd_proc_spec spec = {.argv = argv,
                           .envp = envp,
+                          .cleanup_dir = tmpdir,
                           .grace_ms = HVD_ELASTIC_KILL_DELAY_MS,
                           .pass_stdout = true,
                           .stdout_fd = lc->output_fds ? lc->output_fds[0] : 1,
@@ -236,7 +242,12 @@ static int start_mpirun(el_run *r, hvd_launch_config *lc, char **argv, hvd_err *
                           .stderr_fd = lc->output_fds ? lc->output_fds[1] : 2};
     r->mpirun = hvd_proc_start(&spec, err);
     hvd_env_free(envp);
-    return r->mpirun ? 0 : hvd_err_prefix(err, "cannot start mpirun (is Open MPI installed?): ");
+    if (!r->mpirun) {
+        launch_tmpdir_remove(tmpdir);
+        return hvd_err_prefix(err, "cannot start mpirun (is Open MPI installed?): ");
+    }
+    r->mpirun_tmpdir = tmpdir;
+    return 0;
 }
 
 /* Makes r->plan the driver's active set and starts mpirun over it (probing the interfaces at
@@ -455,10 +466,10 @@ static void end_launch(el_run *r, int *status) {
     free(live);
     int code = 255;
     if (hvd_proc_wait(r->mpirun, -1, &code) == 0 && status) *status = code;
-    pid_t pid = hvd_proc_pid(r->mpirun);
     hvd_proc_free(r->mpirun);
     r->mpirun = NULL;
-    launch_remove_session_dir(pid);
+    launch_tmpdir_remove(r->mpirun_tmpdir);
+    r->mpirun_tmpdir = NULL;
 }
 
 /* ---- The loop ------------------------------------------------------------------------------- */

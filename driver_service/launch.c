@@ -545,13 +545,13 @@ static bool stop_requested(const hvd_launch_config *cfg) {
 }
 
 char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, const hvd_launch_parts *parts,
-                  hvd_err *err) {
+                  const char *tmpdir, hvd_err *err) {
     char **job = hvd_driver_job_env(d, err);
     if (!job) return NULL;
     size_t nparts = hvd_strv_len((const char *const *)parts->env);
     size_t nextra = hvd_strv_len(cfg->extra_env), njob = hvd_strv_len((const char *const *)job);
     size_t total = nparts + nextra + njob;
-    hvd_env_change *ch = calloc(total + 1, sizeof *ch);
+    hvd_env_change *ch = calloc(total + 2, sizeof *ch);
     char **names = calloc(total + 1, sizeof *names);
     char **envp = NULL;
     if (!ch || !names) {
@@ -574,8 +574,9 @@ char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, const hvd_launch_
         }
         ch[i] = (hvd_env_change){names[i], eq + 1};
     }
+    ch[total] = (hvd_env_change){"TMPDIR", tmpdir};
     extern char **environ;
-    envp = hvd_env_build(environ, ch, total, err);
+    envp = hvd_env_build(environ, ch, total + 1, err);
 out:
     hvd_strv_free(names);
     free(ch);
@@ -661,26 +662,43 @@ static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg
     out->signal = hvd_proc_exit_signal(p);
 }
 
-void launch_remove_session_dir(pid_t pid) {
-    const char *tmp = getenv("TMPDIR");
-    char node[256] = "", top[512], dir[600];
-    gethostname(node, sizeof node - 1);
-    node[strcspn(node, ".")] = '\0'; /* Open MPI drops the domain */
-    snprintf(top, sizeof top, "%s/ompi.%s.%u", tmp && *tmp ? tmp : "/tmp", node,
-             (unsigned)getuid());
-    snprintf(dir, sizeof dir, "%s/pid.%d", top, (int)pid);
-    if (access(dir, F_OK) != 0) return;
+char *launch_tmpdir_make(hvd_err *err) {
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    char *dir = NULL;
+    if (asprintf(&dir, "%s/hvd-mpirun.XXXXXX", base) < 0) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        return NULL;
+    }
+    if (!mkdtemp(dir)) {
+        hvd_err_set(err, HVD_E_IO,
+                    "cannot make mpirun's temporary directory in %s: %s (set TMPDIR to a "
+                    "writable directory)",
+                    base, strerror(errno));
+        free(dir);
+        return NULL;
+    }
+    return dir;
+}
+
+void launch_tmpdir_remove(char *dir) {
+    if (!dir) return;
     hvd_remove_tree(dir);
-    rmdir(top); /* fails while other jobs use it */
+    free(dir);
 }
 
 /* Runs argv (mpirun) and waits for it. Returns 0 with the outcome, or -1 with err. */
 static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg, int start_ms,
                       const hvd_launch_parts *parts, hvd_launch_outcome *out, hvd_err *err) {
-    char **envp = mpirun_env(d, cfg, parts, err);
-    if (!envp) return -1;
+    char *tmpdir = launch_tmpdir_make(err);
+    char **envp = tmpdir ? mpirun_env(d, cfg, parts, tmpdir, err) : NULL;
+    if (!envp) {
+        launch_tmpdir_remove(tmpdir);
+        return -1;
+    }
     hvd_proc_spec spec = {.argv = argv,
                           .envp = envp,
+                          .cleanup_dir = tmpdir,
                           .grace_ms = HVD_MPIRUN_KILL_DELAY_MS,
                           .pass_stdout = true,
                           .stdout_fd = cfg->output_fds ? cfg->output_fds[0] : 1,
@@ -688,11 +706,13 @@ static int run_mpirun(hvd_driver *d, char **argv, const hvd_launch_config *cfg, 
                           .stderr_fd = cfg->output_fds ? cfg->output_fds[1] : 2};
     hvd_proc *p = hvd_proc_start(&spec, err);
     hvd_env_free(envp);
-    if (!p) return hvd_err_prefix(err, "cannot start %s (is MPI installed?): ", argv[0]);
+    if (!p) {
+        launch_tmpdir_remove(tmpdir);
+        return hvd_err_prefix(err, "cannot start %s (is MPI installed?): ", argv[0]);
+    }
     wait_mpirun(d, p, cfg, start_ms, out);
-    pid_t pid = hvd_proc_pid(p);
     hvd_proc_free(p);
-    launch_remove_session_dir(pid); /* there only when mpirun could not remove it */
+    launch_tmpdir_remove(tmpdir);
     return 0;
 }
 

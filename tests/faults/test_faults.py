@@ -24,8 +24,8 @@ Each cell checks: the job ends within 15 s of the kill (hvd-driver exits; when t
 the victim, every process of the job is gone); the driver's exit status is non-zero (a rank
 killed in its entry fails the whole MPI job: mpirun aborts every rank, so no cell expects 0);
 no process of the job is left (processes carry HVD_E2E_MARK, /proc is scanned); no
-hvd-driver.* directory is left in the cell's TMPDIR and no new /dev/shm/hvd-task-* directory
-is left. The driver's message is recorded, and whether it names the victim.
+hvd-driver.*, hvd-mpirun.* (mpirun's TMPDIR) or Open MPI session directory is left in the
+cell's TMPDIR and no new /dev/shm/hvd-task-* directory is left. The driver's message is recorded, and whether it names the victim.
 
 A network partition is the cell running:link:DOWN: hvd-driver (and mpirun) in one network
 namespace, tasks 0-1 in a second (host A), tasks 2-3 in a third (host B), joined by veth
@@ -372,10 +372,13 @@ def note_leftovers(cell, left):
 
 
 def check_files_left(cell, tdir, tmp, shm_before):
-    """Fails the cell for the job's files left behind (its private dirs in TMPDIR, the
-    /dev/shm backing dirs its processes named), then removes them and the cell's dir."""
-    for d in hvdtest.entries_left([tdir], "hvd-driver."):
-        cell.leftovers.append("TMPDIR/" + os.path.basename(d))
+    """Fails the cell for the job's files left behind (its private dirs in TMPDIR: hvd-driver's
+    and mpirun's, with Open MPI's session directory in it; an Open MPI session directory made
+    beside them; the /dev/shm backing dirs its processes named), then removes them and the
+    cell's dir."""
+    for prefix in ("hvd-driver.", "hvd-mpirun.", "ompi.", "prte."):
+        for d in hvdtest.entries_left([tdir], prefix):
+            cell.leftovers.append("TMPDIR/" + os.path.basename(d))
     time.sleep(0.2)
     # Only the job's own directories: those its processes named (others' jobs run too).
     new_shm = (hvdtest.shm_dirs() - shm_before) & SEEN_SHM

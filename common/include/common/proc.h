@@ -59,9 +59,9 @@ typedef struct hvd_proc_spec {
     char *const *envp;       /* the command's environment; NULL: this process's environ */
     const char *cwd;         /* working directory; NULL: this process's */
     int grace_ms;            /* abort: SIGTERM, then SIGKILL after this many ms; 0: the default */
-    const char *cleanup_dir; /* or NULL: a directory the keeper empties (its files, one level)
-                                and removes once the command has ended, even if this process
-                                was killed (Open MPI's shared-memory files, say) */
+    const char *cleanup_dir; /* or NULL: a directory the keeper empties (8 levels deep) and
+                                removes once the command has ended, even if this process was
+                                killed (Open MPI's session and shared-memory files, say) */
     bool pass_stdout;        /* false: stdout is a pipe (hvd_proc_stdout_fd); true: stdout_fd */
     int stdout_fd;           /* with pass_stdout: the command's stdout (1: this process's) */
     bool pass_stderr;        /* the same for stderr */
