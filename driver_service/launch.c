@@ -348,16 +348,43 @@ int hvd_launch_parts_make(hvd_driver *d, const hvd_launch_config *cfg, char *con
 
 /* ---- the command line -------------------------------------------------------------------- */
 
-static void add_all(hvd_strb *a, char *const *words) {
-    for (size_t i = 0; words && words[i]; i++)
+/* Whether w is one of mpirun's options that set an MCA parameter (-mca NAME VALUE). */
+static bool is_mca_option(const char *w) {
+    static const char *const opts[] = {"-mca",     "--mca",     "-gmca",    "--gmca",
+                                       "-prtemca", "--prtemca", "-pmixmca", "--pmixmca",
+                                       "-omca",    "--omca",    NULL};
+    for (size_t i = 0; opts[i]; i++)
+        if (strcmp(w, opts[i]) == 0) return true;
+    return false;
+}
+
+/* Whether the user's mpirun arguments set the MCA parameter name. */
+static bool user_sets(const char *const *user, const char *name) {
+    for (size_t i = 0; user && user[i] && user[i + 1]; i++)
+        if (is_mca_option(user[i]) && strcmp(user[i + 1], name) == 0) return true;
+    return false;
+}
+
+/* Adds words to a, but for an MCA parameter the user's mpirun arguments set too: theirs wins
+ * (mpirun refuses a parameter given twice: "listed multiple times"). */
+static void add_all(hvd_strb *a, char *const *words, const hvd_launch_config *cfg) {
+    for (size_t i = 0; words && words[i]; i++) {
+        if (is_mca_option(words[i]) && words[i + 1] && words[i + 2] &&
+            user_sets(cfg->mpi_args, words[i + 1])) {
+            launch_log(cfg, "mpirun's %s %s: the value given in its arguments replaces '%s'",
+                       words[i], words[i + 1], words[i + 2]);
+            i += 2;
+            continue;
+        }
         hvd_strb_add(a, words[i]);
+    }
 }
 
 /* The options hvd-bridge's own jobs use besides the parts: output tagged with the rank,
  * ranks placed host by host in -H order (rank 0 on task 0's host) and not bound (the
  * executors share their machines), MPI over the TCP interfaces chosen (Open MPI: ob1 with
  * the shared-memory and TCP transports, not UCX). */
-static void add_style(hvd_strb *a, hvd_mpi_impl mpi) {
+static void add_style(hvd_strb *a, hvd_mpi_impl mpi, const hvd_launch_config *cfg) {
     static const char *const ompi4[] = {"--tag-output",   "-bind-to", "none", "-map-by", "slot",
                                         "-mca",           "pml",      "ob1",  "-mca",    "btl",
                                         "self,vader,tcp", NULL};
@@ -368,7 +395,7 @@ static void add_style(hvd_strb *a, hvd_mpi_impl mpi) {
     const char *const *v = mpi == HVD_MPI_OPENMPI4   ? ompi4
                            : mpi == HVD_MPI_OPENMPI5 ? ompi5
                                                      : mpich;
-    add_all(a, (char *const *)v);
+    add_all(a, (char *const *)v, cfg);
 }
 
 /* Whether a task declared only addresses of this machine (the driver's): it runs here. Loopback
@@ -413,9 +440,9 @@ static int ranks_here(hvd_driver *d) {
  * driver sees only its own machine: tasks whose addresses are all its own. A value the user
  * gave (OMPI_MCA_mpi_yield_when_idle, or the parameter in --mpi-args) is left alone. */
 static void add_yield(hvd_strb *a, hvd_driver *d, const hvd_launch_config *cfg, hvd_mpi_impl mpi) {
-    if (mpi == HVD_MPI_MPICH || getenv("OMPI_MCA_mpi_yield_when_idle")) return;
-    for (size_t i = 0; cfg->mpi_args && cfg->mpi_args[i]; i++)
-        if (strstr(cfg->mpi_args[i], "mpi_yield_when_idle")) return;
+    if (mpi == HVD_MPI_MPICH || getenv("OMPI_MCA_mpi_yield_when_idle") ||
+        user_sets(cfg->mpi_args, "mpi_yield_when_idle"))
+        return;
     cpu_set_t set;
     int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
     if (cpus <= 0) cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -487,16 +514,16 @@ char **launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifa
     hvd_strb_addf(&a, "%d", cfg->np);
     hvd_strb_add(&a, hydra ? "-hosts" : "-H");
     hvd_strb_add(&a, hosts);
-    add_style(&a, parts->mpi);
+    add_style(&a, parts->mpi, cfg);
     add_yield(&a, d, cfg, parts->mpi);
     if (add_output(&a, parts->mpi, cfg, err) != 0) {
         hvd_strb_free(&a);
         free(hosts);
         return NULL;
     }
-    add_all(&a, parts->args);
-    add_all(&a, parts->agent);
-    add_all(&a, parts->ifaces);
+    add_all(&a, parts->args, cfg);
+    add_all(&a, parts->agent, cfg);
+    add_all(&a, parts->ifaces, cfg);
     /* torch.distributed's rendezvous: rank 0 runs for task 0. */
     char master[HVD_HOST_MAX];
     unsigned port;

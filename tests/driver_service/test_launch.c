@@ -233,6 +233,43 @@ out:
 }
 
 /* HVD_MPI_AUTO asks the launcher. */
+/* An MCA parameter the user's mpirun arguments set as well (Horovod users pass
+ * "-mca oob_tcp_if_include lo"): theirs is the only one, so that mpirun does not refuse it as
+ * "listed multiple times"; the others stay. */
+static void test_user_mca_wins(void) {
+    hvd_driver *d = two_tasks();
+    static const char *const user4[] = {"-mca", "oob_tcp_if_include", "lo", "--mca",
+                                        "btl",  "self,tcp",           NULL};
+    static const char *const user5[] = {"--prtemca", "oob_tcp_if_include", "eth9", NULL};
+    const struct {
+        hvd_mpi_impl mpi;
+        const char *const *user;
+        const char *gone, *kept;
+    } cases[] = {{HVD_MPI_OPENMPI4, user4, "btl", "btl_tcp_if_include"},
+                 {HVD_MPI_OPENMPI5, user5, NULL, "btl_tcp_if_include"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        hvd_launch_config cfg = {
+            .np = 2, .mpi = cases[k].mpi, .bin_dir = "/b", .mpi_args = cases[k].user};
+        hvd_err err;
+        char **argv = hvd_launch_argv(d, &cfg, IFACES, &err);
+        CHECK_MSG(argv != NULL, "%s", err.msg);
+        if (!argv) continue;
+        int oob = 0, btl = 0, kept = 0;
+        for (size_t i = 0; argv[i]; i++) {
+            oob += strcmp(argv[i], "oob_tcp_if_include") == 0;
+            btl += strcmp(argv[i], "btl") == 0;
+            kept += strcmp(argv[i], cases[k].kept) == 0;
+        }
+        char *line = joined(argv);
+        CHECK_MSG(oob == 1 && kept == 1, "%s", line);
+        if (cases[k].gone) CHECK_MSG(btl == 1 && HAS(argv, "--mca", "btl", "self,tcp"), "%s", line);
+        CHECK_MSG(HAS(argv, cases[k].user[0], "oob_tcp_if_include", cases[k].user[2]), "%s", line);
+        free(line);
+        hvd_launch_free_argv(argv);
+    }
+    hvd_driver_stop(d);
+}
+
 static void test_auto(void) {
     char dir[] = "/tmp/hvd-test-launch.XXXXXX", path[128];
     CHECK(mkdtemp(dir) != NULL);
@@ -257,6 +294,7 @@ int main(void) {
     RUN(test_openmpi4);
     RUN(test_openmpi5);
     RUN(test_mpich);
+    RUN(test_user_mca_wins);
     RUN(test_auto);
     return test_finish();
 }
