@@ -29,6 +29,14 @@ static void driver_free(hvd_driver *d) {
     free(d);
 }
 
+/* About how many bytes c takes on the wire (the CODE reply): its parts and HVD_CODE_SLACK. */
+static size_t code_size(const hvd_code_msg *c) {
+    size_t n = HVD_CODE_SLACK + c->object.len + c->arg.len + (c->symbol ? strlen(c->symbol) : 0);
+    for (size_t i = 0; i < c->argv.n && c->argv.v; i++)
+        n += c->argv.v[i] ? strlen(c->argv.v[i]) + 8 : 0;
+    return n;
+}
+
 static int check_config(const hvd_driver_config *cfg, hvd_err *err) {
     if (cfg->num_tasks == 0 || cfg->num_tasks > DRV_MAX_TASKS)
         return hvd_err_set(err, HVD_E_INVALID, "the number of tasks must be 1..%u, not %u",
@@ -45,6 +53,15 @@ static int check_config(const hvd_driver_config *cfg, hvd_err *err) {
                            "a shared-object entry point needs the object's bytes and a symbol");
     if (c && c->kind == HVD_CODE_SHARED_OBJECT && drv_check_entry(&c->object, c->symbol, err) != 0)
         return -1;
+    if (c && code_size(c) > HVD_CODE_MAX_FRAME)
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "the entry point is %zu bytes, more than the %zu the ranks can fetch "
+                           "(%s): ship less with it (load large data inside the function, from a "
+                           "file or a dataset)",
+                           code_size(c), (size_t)HVD_CODE_MAX_FRAME - HVD_CODE_SLACK,
+                           c->kind == HVD_CODE_ARGV_IO ? "the payload: a pickled function with its "
+                                                         "arguments"
+                                                       : "the command and its object");
     if (cfg->nics && !cfg->nics[0])
         return hvd_err_set(err, HVD_E_INVALID,
                            "the list of network interfaces is empty: give at least one, or "

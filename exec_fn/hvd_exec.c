@@ -735,6 +735,8 @@ static int rank_from_env(rank_info *ri) {
  * dir), fetches the job's entry point and leaves a RANK_WATCH on the connection, which
  * stays open for the report (the held watch keeps it from the driver's idle timeout; a broken
  * one is reconnected by the report). Returns 0, or the exit status. */
+#define CODE_TIMEOUT_MS (10 * 60 * 1000)
+
 static int fetch_job(rank_info *ri, hvd_code_msg *code) {
     hvd_err err;
     hvd_client *driver = ri->driver = hvd_driver_connect_env(&ri->secret, &err);
@@ -750,9 +752,12 @@ static int fetch_job(rank_info *ri, hvd_code_msg *code) {
         rc = hvd_client_call(driver, &hvd_task_info_req_desc, &iq, &hvd_task_info_desc, &ri->task,
                              0, HVD_CALL_RETRY, &err);
     }
-    if (rc == 0)
-        rc = hvd_client_call(driver, &hvd_code_req_desc, NULL, &hvd_code_desc, code, 0,
-                             HVD_CALL_RETRY, &err);
+    if (rc == 0) { /* a payload of up to 2 GiB, which takes its time with many ranks */
+        hvd_client_set_max_frame(driver, HVD_CODE_MAX_FRAME);
+        rc = hvd_client_call(driver, &hvd_code_req_desc, NULL, &hvd_code_desc, code,
+                             CODE_TIMEOUT_MS, HVD_CALL_RETRY, &err);
+        hvd_client_set_max_frame(driver, 0);
+    }
     if (rc != 0) return fail("%s", err.msg);
     /* Held, never answered, for as long as this process lives: if it dies before its report,
      * the driver learns when (which silent rank went first). Best effort. */

@@ -466,8 +466,7 @@ hvd_client *hvd_client_connect(const hvd_client_config *cfg, hvd_err *err) {
     c->cfg = *cfg;
     if (!c->cfg.probe_timeout_ms) c->cfg.probe_timeout_ms = 3000;
     if (!c->cfg.io_timeout_ms) c->cfg.io_timeout_ms = 30000;
-    if (!c->cfg.max_frame) c->cfg.max_frame = HVD_DEFAULT_MAX_FRAME;
-    if (c->cfg.max_frame > HVD_MAX_FRAME_LIMIT) c->cfg.max_frame = HVD_MAX_FRAME_LIMIT;
+    hvd_client_set_max_frame(c, c->cfg.max_frame);
     c->fd = -1;
     c->service = strdup(cfg->service);
     c->addrs = malloc(cfg->naddrs * sizeof *c->addrs);
@@ -486,6 +485,11 @@ hvd_client *hvd_client_connect(const hvd_client_config *cfg, hvd_err *err) {
         return NULL;
     }
     return c;
+}
+
+void hvd_client_set_max_frame(hvd_client *c, size_t max_frame) {
+    if (!max_frame) max_frame = HVD_DEFAULT_MAX_FRAME;
+    c->cfg.max_frame = max_frame > HVD_MAX_FRAME_LIMIT ? HVD_MAX_FRAME_LIMIT : max_frame;
 }
 
 void hvd_client_close(hvd_client *c) {

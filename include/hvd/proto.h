@@ -184,6 +184,12 @@ typedef struct hvd_code_msg {
     char *symbol;     /* SHARED_OBJECT: the hvd_entry_fn to call */
     hvd_bytes arg;    /* SHARED_OBJECT: the argument bytes */
 } hvd_code_msg;
+/* The largest CODE reply hvd-exec accepts (a client's max_frame for that one call): a payload
+ * or object of up to about 2 GiB, as Horovod's pickled functions. The driver refuses a code
+ * message that would not fit (HVD_CODE_SLACK covers the rest of the message). While the ranks
+ * fetch it, the driver holds one sealed copy per rank being sent to. */
+#define HVD_CODE_MAX_FRAME HVD_MAX_FRAME_LIMIT
+#define HVD_CODE_SLACK     (64u * 1024u)
 extern const hvd_msg_desc hvd_code_req_desc; /* CODE request (empty) */
 extern const hvd_msg_desc hvd_code_desc;     /* CODE_REPLY */
 

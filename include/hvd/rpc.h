@@ -224,6 +224,10 @@ hvd_client *hvd_client_connect(const hvd_client_config *cfg, hvd_err *err);
 
 void hvd_client_close(hvd_client *c);
 
+/* Changes the largest reply frame c accepts from now on (0: HVD_DEFAULT_MAX_FRAME; at most
+ * HVD_MAX_FRAME_LIMIT), e.g. for one call known to answer with a large message. */
+void hvd_client_set_max_frame(hvd_client *c, size_t max_frame);
+
 /* The address the client is connected to. */
 const hvd_addr *hvd_client_addr(const hvd_client *c);
 

@@ -2,9 +2,12 @@
 ranks, output forwarding, and turning the ranks' results into return values or an error."""
 import codecs
 import collections
+import io
+import operator
 import os
 import pickle
 import shlex
+import sys
 import threading
 
 #: The module every rank runs (its argv after the interpreter).
@@ -76,10 +79,15 @@ def payload(fn, args, kwargs):
 
 
 def rank_count(n, what):
-    """n (a number of ranks given as argument what), checked: a whole number of at least 1."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    """n (a number of ranks given as argument what), checked: a whole number of at least 1
+    (an int, or an integer type that says it is one, such as numpy's int64)."""
+    try:
+        count = None if isinstance(n, bool) else operator.index(n)
+    except TypeError:
+        count = None
+    if count is None or count < 1:
         raise ValueError("%s must be a whole number of at least 1, got %r" % (what, n))
-    return n
+    return count
 
 
 def either(value, name, alias_value, alias_name):
@@ -93,12 +101,18 @@ def either(value, name, alias_value, alias_name):
 
 def text_stream(stream, default, what):
     """stream (argument what), or default when it is None; TypeError when it has no write
-    method (the ranks' output would otherwise be dropped without a word)."""
+    method or is a binary stream (a file opened with 'b', io.BytesIO): the ranks' output
+    would otherwise be dropped without a word."""
     if stream is None:
         return default
     if not callable(getattr(stream, "write", None)):
         raise TypeError("%s must be a text stream with a write method (e.g. sys.stdout or a "
                         "file opened for writing), got %s" % (what, type(stream).__name__))
+    mode = getattr(stream, "mode", "")
+    if isinstance(stream, (io.RawIOBase, io.BufferedIOBase)) or (isinstance(mode, str) and
+                                                                 "b" in mode):
+        raise TypeError("%s must be a text stream, got the binary %s: open the file without "
+                        "'b' (or use io.StringIO)" % (what, type(stream).__name__))
     return stream
 
 
@@ -161,6 +175,7 @@ class OutputForwarder:
 
     def __init__(self, stream):
         self.stream = stream
+        self._failed = False  # a write failed (said once)
         self.last_lines = collections.deque(maxlen=8)  # for error messages
         r, w = os.pipe()
         self._r = r
@@ -175,8 +190,12 @@ class OutputForwarder:
             flush = getattr(self.stream, "flush", None)
             if flush:
                 flush()
-        except Exception:  # a closed stream must not kill the job
-            pass
+        except Exception as e:  # noqa: BLE001 - a closed stream must not kill the job
+            if not self._failed:
+                self._failed = True
+                print("hvd_bridge: cannot write the ranks' output to %r (%s: %s); the rest "
+                      "of it is dropped" % (self.stream, type(e).__name__, e),
+                      file=sys.__stderr__, flush=True)
 
     def _pump(self):
         dec = codecs.getincrementaldecoder("utf-8")("replace")

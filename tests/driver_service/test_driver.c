@@ -835,6 +835,39 @@ static void test_code(void) {
     hvd_client_close(c);
     hvd_driver_stop(d);
 
+    /* A payload larger than a default frame (80 MiB): a client that raised its limit for the
+     * call gets it whole, one with the default limit is refused with the frame's size. */
+    size_t big_len = (size_t)80 << 20;
+    uint8_t *big = malloc(big_len);
+    CHECK(big != NULL);
+    if (!big) return;
+    for (size_t i = 0; i < big_len; i++)
+        big[i] = (uint8_t)(i * 131 >> 7);
+    char *py[] = {"python3", "-m", "hvd_bridge._rank"};
+    hvd_code_msg big_code = {.kind = HVD_CODE_ARGV_IO, .argv = {py, 3}, .object = {big, big_len}};
+    d = start_driver(1, NULL, &big_code, NULL);
+    c = d ? driver_client(d) : NULL;
+    CHECK(c && hvd_client_call(c, &hvd_code_req_desc, NULL, &hvd_code_desc, &r, 0, 0, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "exceeds the maximum of 67108864 bytes"), "%s", err.msg);
+    hvd_client_close(c);
+    c = d ? driver_client(d) : NULL;
+    if (c) hvd_client_set_max_frame(c, HVD_CODE_MAX_FRAME);
+    CHECK(c && hvd_client_call(c, &hvd_code_req_desc, NULL, &hvd_code_desc, &r, 0, 0, &err) == 0);
+    if (c) {
+        CHECK(r.kind == HVD_CODE_ARGV_IO && r.object.len == big_len &&
+              memcmp(r.object.data, big, big_len) == 0);
+        hvd_msg_free(&hvd_code_desc, &r);
+    }
+    hvd_client_close(c);
+    hvd_driver_stop(d);
+    /* One the ranks could not fetch is refused at start, saying what to do (the length alone
+     * is looked at: the bytes are never read). */
+    big_code.object.len = HVD_CODE_MAX_FRAME;
+    hvd_driver_config big_cfg = {.num_tasks = 1, .secret = g_secret, .code = &big_code};
+    CHECK(hvd_driver_start(&big_cfg, &err) == NULL && err.code == HVD_E_INVALID &&
+          strstr(err.msg, "more than the") && strstr(err.msg, "load large data inside"));
+    free(big);
+
     /* Bad configurations are refused at start. */
     hvd_code_msg empty = {.kind = HVD_CODE_ARGV};
     hvd_driver_config cfg = {.num_tasks = 1, .secret = g_secret, .code = &empty};

@@ -295,6 +295,57 @@ def test_big_result():
             raise Failure("a 65 MiB result was taken")
 
 
+BIG_ARG = bytes(range(256)) * (400 << 10)  # 100 MiB, more than one frame of the protocol
+
+
+def big_arg_digest():
+    import hashlib
+    return hashlib.sha256(BIG_ARG).hexdigest()
+
+
+def test_big_payload():
+    """A function that carries 100 MiB (a module global pickled by value, as a notebook's
+    are) reaches every rank whole: the ranks fetch it past the protocol's 64 MiB frame."""
+    import hashlib
+    import cloudpickle
+    import hvd_bridge
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        with Job():
+            got = hvd_bridge.run(big_arg_digest, np=2)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    want = hashlib.sha256(BIG_ARG).hexdigest()
+    check(got == [want, want], "each rank saw the whole 100 MiB: %r" % got)
+
+
+class FailingStream:
+    """A text stream whose writes fail (a closed notebook cell, a full disk)."""
+    def write(self, text):
+        raise OSError("no space left on this stream")
+
+
+def test_output_write_fails():
+    """A stream that cannot be written: the job still succeeds, and one line on this process's
+    stderr says the ranks' output is dropped (it was dropped without a word)."""
+    import hvd_bridge
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            with Job():
+                got = hvd_bridge.run(talk, args=(3,), np=1, stdout=FailingStream())
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        err = f.read().decode(errors="replace")
+    check(got == [3], "the job ran: %r" % (got,))
+    lines = [ln for ln in err.splitlines() if "cannot write the ranks' output" in ln]
+    check(len(lines) == 1 and "no space left on this stream" in lines[0] and
+          "the rest of it is dropped" in lines[0], "one line says so: %r" % err[-2000:])
+
+
 def test_cwd():
     """The ranks run in the caller's working directory, with it on their import path (as
     horovodrun's and horovod.run's do): a function from a module there, and a relative path."""
@@ -380,6 +431,8 @@ def test_bad_args():
                           (dict(stdout=5), TypeError,
                            "stdout must be a text stream with a write method"),
                           (dict(stderr="err.txt"), TypeError, "got str"),
+                          (dict(stdout=io.BytesIO()), TypeError,
+                           "stdout must be a text stream, got the binary BytesIO"),
                           (dict(args=(threading.Lock(),)), TypeError,
                            "must be picklable (cloudpickle) to reach the ranks: cannot pickle"),
                           (dict(args=5), TypeError, "args must be a tuple or a list, got int"),
@@ -398,6 +451,14 @@ def test_bad_args():
         check("the function to run must be callable, got int" in str(e), "run(42): %s" % e)
     else:
         raise Failure("run(42) accepted")
+    # A count of numpy's integer type is a whole number (a count computed with numpy).
+    try:
+        import numpy
+    except ImportError:
+        numpy = None
+    if numpy is not None:
+        got = hvd_bridge.run(rank_info, args=(1,), np=numpy.int64(1))
+        check(len(got) == 1, "np=numpy.int64(1): %r" % got)
     # The C door refuses a relative bin dir before it waits for anything (mpirun's agent and
     # the ranks start in other directories).
     from hvd_bridge import _core

@@ -125,6 +125,13 @@ def check_cases(rc, cases, output):
                                   "ValueError: min_np=1 and min_num_proc=2 name the same thing",
                                   "ValueError: max_np must be a whole number of at least 1")):
         check(got and got.startswith(want), "refused before a stage: %r, want %r" % (got, want))
+    sl = cases.get("slots", {})
+    m = re.match(r"JobError: timed out after 3 s waiting for (\d+) Spark task slots: the "
+                 r"application has (\d+) ", sl.get("raised") or "")
+    check(m and int(m.group(1)) == sl.get("want") and int(m.group(2)) < sl.get("want"),
+          "more ranks than task slots is refused after start_timeout: %r" % sl)
+    check(sl.get("active_jobs") == [] and sl.get("spark_threads") == [],
+          "no Spark job or thread left after it: %r" % sl)
     i = cases.get("interrupt", {})
     check(i.get("raised") == "KeyboardInterrupt",
           "Ctrl-C while the ranks run raises KeyboardInterrupt once the job is down: %r" % i)

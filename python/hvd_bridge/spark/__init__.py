@@ -10,6 +10,7 @@ import shutil
 import socket
 import sys
 import threading
+import time
 
 from .. import _core, _job, bin_dir
 
@@ -139,6 +140,37 @@ class _SparkJob(threading.Thread):
             self.driver.abort("the Spark job failed: %s" % first[:600])
 
 
+def _task_slots(sc):
+    """The task slots the application has now: the count Spark's barrier stage checks against
+    (executors' cores / spark.task.cpus); None when this Spark does not say (its private
+    maxNumConcurrentTasks has another form)."""
+    try:
+        jsc = sc._jsc.sc()
+        return int(jsc.maxNumConcurrentTasks(
+            jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:  # noqa: BLE001 - py4j's errors, another Spark: do not wait, as before
+        return None
+
+
+def _wait_for_slots(sc, num_proc, timeout_s):
+    """Waits until the application has num_proc task slots, before the barrier stage is
+    submitted. A barrier stage submitted with too few (executors still registering, say)
+    waits for Spark's next check, 15 s later, and cannot be cancelled meanwhile (it is not an
+    active job yet): a job asking for more slots than there are would leave it behind for
+    10 minutes. Raises JobError, with nothing started, when timeout_s passes first."""
+    deadline = time.monotonic() + timeout_s
+    slots = _task_slots(sc)
+    while slots is not None and slots < num_proc:
+        if time.monotonic() >= deadline:
+            raise _job.JobError(
+                "timed out after %g s waiting for %d Spark task slots: the application has %d "
+                "(executors x cores / spark.task.cpus); the %d tasks run at once in a barrier "
+                "stage: start more executors, ask for fewer ranks or a longer start_timeout"
+                % (timeout_s, num_proc, slots, num_proc))
+        time.sleep(_WAIT_TICK_S)
+        slots = _task_slots(sc)
+
+
 def _run_job(driver, run=None, **kw):
     """driver.run_job (or run) on a thread of its own, so that this thread stays interruptible:
     Ctrl-C aborts the job (mpirun and the ranks are stopped) and is raised once it is down."""
@@ -207,8 +239,10 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600,
                            "start_timeout")
     mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
-    driver = _core.Driver(num_proc, _job.rank_argv(executable), payload=_job.payload(fn, args,
-                          kwargs), nics=list(nics) if nics else None, verbose=verbose >= 2)
+    payload = _job.payload(fn, args, kwargs)
+    _wait_for_slots(sc, num_proc, start)
+    driver = _core.Driver(num_proc, _job.rank_argv(executable), payload=payload,
+                          nics=list(nics) if nics else None, verbose=verbose >= 2)
     group = "hvd_bridge.spark.run.%d.%d" % (os.getpid(), id(driver))
     secret = base64.b64decode(driver.job_env()["HVD_SECRET"])
     task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
