@@ -106,9 +106,14 @@ static int env_int(const char *const *names, int *out) {
 }
 
 static int fail(const char *fmt, const char *what) {
-    fprintf(stderr, "hvd-exec: ");
-    fprintf(stderr, fmt, what);
-    fputc('\n', stderr);
+    /* One write: stderr is unbuffered, and mpirun tags every piece it reads as a line of its
+     * own ("[1,0]<stderr>:hvd-exec: [1,0]<stderr>:driver at ..."). */
+    char line[HVD_ERR_MAX + 128];
+    int n = snprintf(line, sizeof line, "hvd-exec: ");
+    snprintf(line + n, sizeof line - (size_t)n - 1, fmt, what);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    fwrite(line, 1, len, stderr);
     return 1;
 }
 

@@ -124,11 +124,43 @@ def rank_argv(executable):
     return ["/bin/sh", "-c", 'exec "${HVD_PYTHON:-python3}" ' + " ".join(RANK_MODULE)]
 
 
-def mpi_args(extra_mpi_args, env, prefix_output_with_timestamp):
+def only_mpi(use_gloo, use_mpi):
+    """ValueError when the caller asks for Gloo (use_gloo=True, or use_mpi=False): hvd-bridge
+    runs every job with MPI."""
+    if use_gloo or use_mpi is False:
+        raise ValueError("hvd-bridge runs jobs with MPI; %s is not supported" % (
+            "use_gloo" if use_gloo else "use_mpi=False (Gloo)"))
+
+
+def nic_list(nics, what="nics"):
+    """The interfaces a job is told to use: None; a string names one or several
+    (comma-separated: "eth0" or "eth0,ib0"), else an iterable of names."""
+    if nics is None or nics == "":
+        return None
+    names = nics.split(",") if isinstance(nics, str) else list(nics)
+    if not names or not all(isinstance(n, str) and n and "," not in n for n in names):
+        raise ValueError("%s must name network interfaces (e.g. ['eth0'] or 'eth0,ib0'), got %r"
+                         % (what, nics))
+    return names
+
+
+def verbosity(verbose):
+    """verbose as a number (0, 1, 2; True is 1); ValueError when it is not one."""
+    try:
+        return 0 if verbose is None else operator.index(verbose)
+    except TypeError:
+        raise ValueError("verbose must be 0, 1 or 2, got %r" % (verbose,)) from None
+
+
+def mpi_args(extra_mpi_args, env, prefix_output_with_timestamp, what="extra_mpi_args"):
     """mpirun arguments: the user's (a string, split like a shell), the variables of env for
     the ranks (-x NAME=VALUE), and mpirun's timestamps when asked."""
-    args = shlex.split(extra_mpi_args) if isinstance(extra_mpi_args, str) else list(
-        extra_mpi_args or [])
+    try:
+        args = shlex.split(extra_mpi_args) if isinstance(extra_mpi_args, str) else list(
+            extra_mpi_args or [])
+    except ValueError as e:  # shlex: "No closing quotation"
+        raise ValueError("%s %r cannot be split like a shell command line: %s" % (
+            what, extra_mpi_args, e)) from None
     if env is not None and not isinstance(env, dict):
         raise ValueError("env must be a dict, not %s" % type(env).__name__)
     for k, v in (env or {}).items():

@@ -175,8 +175,7 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
         raise NotImplementedError("a host discovery script with ssh hosts is not supported by "
                                   "hvd_bridge.run (its script names fake hosts on this "
                                   "machine): use hvd-driver run --host-discovery-script S --ssh")
-    if use_gloo:
-        raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
+    _job.only_mpi(use_gloo, use_mpi)
     if hosts and hostfile:
         raise ValueError("Argument hosts and hostfile only allow one provided.")
     if hostfile:
@@ -186,8 +185,10 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
                           "np" if np is not None else "num_proc")
     stdout = _job.text_stream(stdout, sys.stdout, "stdout")
     stderr = _job.text_stream(stderr, sys.stderr, "stderr")
-    nics = network_interfaces or (network_interface.split(",") if network_interface else None)
-    extra = _job.mpi_args(mpi_args, env, prefix_output_with_timestamp)
+    nics = _job.nic_list(network_interfaces, "network_interfaces") or _job.nic_list(
+        network_interface, "network_interface")
+    verbose = _job.verbosity(verbose)
+    extra = _job.mpi_args(mpi_args, env, prefix_output_with_timestamp, "mpi_args")
     start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120, "start_timeout")
     with _TerminateStopsJob():
         work = tempfile.mkdtemp(prefix="hvd-bridge-run-")

@@ -431,6 +431,13 @@ def test_bad_args():
                           (dict(stdout=5), TypeError,
                            "stdout must be a text stream with a write method"),
                           (dict(stderr="err.txt"), TypeError, "got str"),
+                          (dict(use_mpi=False), ValueError, "use_mpi=False (Gloo) is not"),
+                          (dict(mpi_args="-x 'A=1"), ValueError,
+                           "mpi_args \"-x 'A=1\" cannot be split like a shell command line: "
+                           "No closing quotation"),
+                          (dict(verbose="2"), ValueError, "verbose must be 0, 1 or 2, got '2'"),
+                          (dict(network_interfaces=["eth0", ""]), ValueError,
+                           "network_interfaces must name network interfaces"),
                           (dict(stdout=io.BytesIO()), TypeError,
                            "stdout must be a text stream, got the binary BytesIO"),
                           (dict(args=(threading.Lock(),)), TypeError,
@@ -459,6 +466,9 @@ def test_bad_args():
     if numpy is not None:
         got = hvd_bridge.run(rank_info, args=(1,), np=numpy.int64(1))
         check(len(got) == 1, "np=numpy.int64(1): %r" % got)
+    # One interface as a string is that interface (it was taken letter by letter: "l,o").
+    got = hvd_bridge.run(rank_info, args=(1,), np=1, network_interfaces="lo")
+    check(len(got) == 1, "network_interfaces='lo': %r" % got)
     # The C door refuses a relative bin dir before it waits for anything (mpirun's agent and
     # the ranks start in other directories).
     from hvd_bridge import _core

@@ -230,10 +230,11 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     if sc is None:
         raise RuntimeError("Could not find an active SparkContext, are you running in a PySpark "
                            "session?")
-    if use_gloo:
-        raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
+    _job.only_mpi(use_gloo, use_mpi)
     num_proc = _job.rank_count(num_proc if num_proc is not None else sc.defaultParallelism,
                                "num_proc")
+    verbose = _job.verbosity(verbose)
+    nics = _job.nic_list(nics)
     stdout = _job.text_stream(stdout, sys.stdout, "stdout")
     stderr = _job.text_stream(stderr, sys.stderr, "stderr")
     start = _job.timeout_s(start_timeout, "HOROVOD_SPARK_START_TIMEOUT", 600,
@@ -241,8 +242,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
     payload = _job.payload(fn, args, kwargs)
     _wait_for_slots(sc, num_proc, start)
-    driver = _core.Driver(num_proc, _job.rank_argv(executable), payload=payload,
-                          nics=list(nics) if nics else None, verbose=verbose >= 2)
+    driver = _core.Driver(num_proc, _job.rank_argv(executable), payload=payload, nics=nics,
+                          verbose=verbose >= 2)
     group = "hvd_bridge.spark.run.%d.%d" % (os.getpid(), id(driver))
     secret = base64.b64decode(driver.job_env()["HVD_SECRET"])
     task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
@@ -285,6 +286,8 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
                            "session?")
     num_proc = _job.rank_count(num_proc if num_proc is not None else sc.defaultParallelism,
                                "num_proc")
+    verbose = _job.verbosity(verbose)
+    nics = _job.nic_list(nics)
     stdout = _job.text_stream(stdout, sys.stdout, "stdout")
     stderr = _job.text_stream(stderr, sys.stderr, "stderr")
     min_np = _job.either(min_np, "min_np", min_num_proc, "min_num_proc")
@@ -300,7 +303,7 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
                              "elastic_timeout")
     mpi_args = _job.mpi_args(extra_mpi_args, env, prefix_output_with_timestamp)
     driver = _core.Driver(max_np, _job.rank_argv(executable), payload=_job.payload(fn, args,
-                          kwargs or {}), nics=list(nics) if nics else None, verbose=verbose >= 2)
+                          kwargs or {}), nics=nics, verbose=verbose >= 2)
     group = "hvd_bridge.spark.run_elastic.%d.%d" % (os.getpid(), id(driver))
     secret = base64.b64decode(driver.job_env()["HVD_SECRET"])
     task_fn = _task_fn(driver.addresses, secret, start, _core.NET_TIMEOUT_DEFAULT_S,
