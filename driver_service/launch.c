@@ -365,6 +365,14 @@ static bool user_sets(const char *const *user, const char *name) {
     return false;
 }
 
+/* The MCA parameter of the launch agent's words (plm_rsh_agent, plm_ssh_agent) that the user's
+ * mpirun arguments set too, or NULL: without hvd-bridge's agent no task service is reached. */
+static const char *agent_overridden(char *const *agent, const hvd_launch_config *cfg) {
+    for (size_t i = 0; agent && agent[i] && agent[i + 1]; i++)
+        if (is_mca_option(agent[i]) && user_sets(cfg->mpi_args, agent[i + 1])) return agent[i + 1];
+    return NULL;
+}
+
 /* Adds words to a, but for an MCA parameter the user's mpirun arguments set too: theirs wins
  * (mpirun refuses a parameter given twice: "listed multiple times"). */
 static void add_all(hvd_strb *a, char *const *words, const hvd_launch_config *cfg) {
@@ -440,9 +448,9 @@ static int ranks_here(hvd_driver *d) {
  * driver sees only its own machine: tasks whose addresses are all its own. A value the user
  * gave (OMPI_MCA_mpi_yield_when_idle, or the parameter in --mpi-args) is left alone. */
 static void add_yield(hvd_strb *a, hvd_driver *d, const hvd_launch_config *cfg, hvd_mpi_impl mpi) {
-    if (mpi == HVD_MPI_MPICH || getenv("OMPI_MCA_mpi_yield_when_idle") ||
-        user_sets(cfg->mpi_args, "mpi_yield_when_idle"))
-        return;
+    if (mpi == HVD_MPI_MPICH || getenv("OMPI_MCA_mpi_yield_when_idle")) return;
+    for (size_t i = 0; cfg->mpi_args && cfg->mpi_args[i]; i++) /* -mca ..., -x OMPI_MCA_... */
+        if (strstr(cfg->mpi_args[i], "mpi_yield_when_idle")) return;
     cpu_set_t set;
     int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
     if (cpus <= 0) cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -517,6 +525,16 @@ char **launch_argv(hvd_driver *d, const hvd_launch_config *cfg, char *const *ifa
     add_style(&a, parts->mpi, cfg);
     add_yield(&a, d, cfg, parts->mpi);
     if (add_output(&a, parts->mpi, cfg, err) != 0) {
+        hvd_strb_free(&a);
+        free(hosts);
+        return NULL;
+    }
+    const char *agent = agent_overridden(parts->agent, cfg);
+    if (agent) {
+        hvd_err_set(err, HVD_E_INVALID,
+                    "the extra mpirun arguments set %s, which hvd-bridge sets to its own agent "
+                    "(hvd-rsh: how mpirun reaches the task services): leave it out",
+                    agent);
         hvd_strb_free(&a);
         free(hosts);
         return NULL;

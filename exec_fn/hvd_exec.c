@@ -435,13 +435,17 @@ static void rank_wait(rank_proc *rp, int *status, char *error, size_t cap) {
 /* Runs a program entry point (stdout passed through, stderr watched; an ARGV_IO program also
  * gets the payload and a result pipe). Returns 0 with its status, its result bytes (ARGV_IO)
  * and error text when it failed, or -1 if it could not be started. */
-static int run_program(const rank_info *ri, const hvd_code_msg *code, int sig_fd, int *status,
+static int run_program(const rank_info *ri, hvd_code_msg *code, int sig_fd, int *status,
                        bool *stopped, hvd_entry_result *res) {
     bool io = code->kind == HVD_CODE_ARGV_IO;
     program_out o = {.result_fd = -1};
     int fds[3] = {-1, -1, -1}, nfds = io ? 2 : 0;
     if (io && open_io(&code->object, fds, &o.result_fd, res->error, sizeof res->error) != 0)
         return -1;
+    if (io) { /* the memory file holds it now (up to 2 GiB): not twice for the whole job */
+        free(code->object.data);
+        code->object = (hvd_bytes){0};
+    }
     /* The PMI connection follows the ARGV_IO descriptors (3, 4) as the program's next one. */
     char pmi[16] = "";
     int pmi_at = pmi_fd();
@@ -785,7 +789,7 @@ static void export_task_addrs(const rank_info *ri) {
 
 /* Runs the entry point. Returns its status, with result bytes and error text in res, and
  * whether a signal to this rank stopped it. */
-static int run_entry(const rank_info *ri, const hvd_code_msg *code, int sig_fd, bool *stopped,
+static int run_entry(const rank_info *ri, hvd_code_msg *code, int sig_fd, bool *stopped,
                      hvd_entry_result *res) {
     int status = 1;
     *stopped = false;

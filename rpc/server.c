@@ -206,13 +206,21 @@ static void conn_flush(conn *c) {
     update_interest(c);
 }
 
+/* The encoding scratch kept between replies; a larger one is freed after its reply. */
+#define SCRATCH_KEEP (4u << 20)
+
 /* Seals and queues one envelope. Returns 0, or -1 (connection closed). */
 static int conn_send(conn *c, uint32_t kind, uint32_t type, uint64_t id, const hvd_msg_desc *desc,
                      const void *msg) {
     hvd_server *s = c->srv;
     if (c->state != CS_OPEN) return -1;
     if (hvd_envelope_pack(&s->sb, kind, type, id, desc, msg) != 0) return -2;
-    if (hvd_frame_seal(&c->tx, (const uint8_t *)s->sb.data, s->sb.size, &c->out) != 0) {
+    int sealed = hvd_frame_seal(&c->tx, (const uint8_t *)s->sb.data, s->sb.size, &c->out);
+    if (s->sb.alloc > SCRATCH_KEEP) { /* a large reply (a payload): not kept for good */
+        msgpack_sbuffer_destroy(&s->sb);
+        msgpack_sbuffer_init(&s->sb);
+    }
+    if (sealed != 0) {
         conn_close(c);
         return -1;
     }

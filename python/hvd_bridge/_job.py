@@ -108,9 +108,7 @@ def text_stream(stream, default, what):
     if not callable(getattr(stream, "write", None)):
         raise TypeError("%s must be a text stream with a write method (e.g. sys.stdout or a "
                         "file opened for writing), got %s" % (what, type(stream).__name__))
-    mode = getattr(stream, "mode", "")
-    if isinstance(stream, (io.RawIOBase, io.BufferedIOBase)) or (isinstance(mode, str) and
-                                                                 "b" in mode):
+    if isinstance(stream, (io.RawIOBase, io.BufferedIOBase)):
         raise TypeError("%s must be a text stream, got the binary %s: open the file without "
                         "'b' (or use io.StringIO)" % (what, type(stream).__name__))
     return stream
@@ -125,20 +123,24 @@ def rank_argv(executable):
 
 
 def only_mpi(use_gloo, use_mpi):
-    """ValueError when the caller asks for Gloo (use_gloo=True, or use_mpi=False): hvd-bridge
-    runs every job with MPI."""
-    if use_gloo or use_mpi is False:
-        raise ValueError("hvd-bridge runs jobs with MPI; %s is not supported" % (
-            "use_gloo" if use_gloo else "use_mpi=False (Gloo)"))
+    """ValueError when the caller asks for Gloo: hvd-bridge runs every job with MPI. As in
+    Horovod, use_mpi=False alone does not ask for Gloo (MPI still runs where it is built);
+    use_gloo=True does, and both True is Horovod's error."""
+    if use_gloo and use_mpi:
+        raise ValueError("use_gloo and use_mpi are both True: ask for one of them")
+    if use_gloo:
+        raise ValueError("hvd-bridge runs jobs with MPI; use_gloo is not supported")
 
 
 def nic_list(nics, what="nics"):
-    """The interfaces a job is told to use: None; a string names one or several
-    (comma-separated: "eth0" or "eth0,ib0"), else an iterable of names."""
-    if nics is None or nics == "":
+    """The interfaces a job is told to use, or None (nothing given, or empty: the tasks find
+    them); a string names one or several (comma-separated: "eth0" or "eth0, ib0"), else an
+    iterable of names."""
+    if not nics:
         return None
-    names = nics.split(",") if isinstance(nics, str) else list(nics)
-    if not names or not all(isinstance(n, str) and n and "," not in n for n in names):
+    raw = nics.split(",") if isinstance(nics, str) else list(nics)
+    names = [n.strip() if isinstance(n, str) else n for n in raw]
+    if not all(isinstance(n, str) and n and "," not in n for n in names):
         raise ValueError("%s must name network interfaces (e.g. ['eth0'] or 'eth0,ib0'), got %r"
                          % (what, nics))
     return names
@@ -217,17 +219,26 @@ class OutputForwarder:
         self._thread.start()
 
     def _write(self, text):
+        if self._failed:
+            return
         try:
             self.stream.write(text)
             flush = getattr(self.stream, "flush", None)
             if flush:
                 flush()
         except Exception as e:  # noqa: BLE001 - a closed stream must not kill the job
-            if not self._failed:
-                self._failed = True
-                print("hvd_bridge: cannot write the ranks' output to %r (%s: %s); the rest "
-                      "of it is dropped" % (self.stream, type(e).__name__, e),
-                      file=sys.__stderr__, flush=True)
+            self._failed = True  # the pump goes on reading, so that no rank blocks on the pipe
+            self._say_failed(e)
+
+    def _say_failed(self, e):
+        try:
+            where = sys.__stderr__ if sys.__stderr__ is not None else None
+            if where is not None and where is not self.stream:
+                print("hvd_bridge: cannot write the ranks' output to %s (%s: %s); the rest of "
+                      "it is dropped" % (type(self.stream).__name__, type(e).__name__, e),
+                      file=where, flush=True)
+        except Exception:  # noqa: BLE001 - nowhere to say it: dropping is all that is left
+            pass
 
     def _pump(self):
         dec = codecs.getincrementaldecoder("utf-8")("replace")

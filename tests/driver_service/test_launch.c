@@ -232,7 +232,6 @@ out:
     hvd_driver_stop(d);
 }
 
-/* HVD_MPI_AUTO asks the launcher. */
 /* An MCA parameter the user's mpirun arguments set as well (Horovod users pass
  * "-mca oob_tcp_if_include lo"): theirs is the only one, so that mpirun does not refuse it as
  * "listed multiple times"; the others stay. */
@@ -267,9 +266,16 @@ static void test_user_mca_wins(void) {
         free(line);
         hvd_launch_free_argv(argv);
     }
+    /* ... but not the launch agent: without hvd-rsh no task service is reached. */
+    static const char *const agent[] = {"-mca", "plm_rsh_agent", "ssh", NULL};
+    hvd_launch_config cfg = {.np = 2, .mpi = HVD_MPI_OPENMPI4, .bin_dir = "/b", .mpi_args = agent};
+    hvd_err err;
+    CHECK(hvd_launch_argv(d, &cfg, IFACES, &err) == NULL && err.code == HVD_E_INVALID &&
+          strstr(err.msg, "set plm_rsh_agent, which hvd-bridge sets to its own agent"));
     hvd_driver_stop(d);
 }
 
+/* HVD_MPI_AUTO asks the launcher. */
 static void test_auto(void) {
     char dir[] = "/tmp/hvd-test-launch.XXXXXX", path[128];
     CHECK(mkdtemp(dir) != NULL);

@@ -431,7 +431,8 @@ def test_bad_args():
                           (dict(stdout=5), TypeError,
                            "stdout must be a text stream with a write method"),
                           (dict(stderr="err.txt"), TypeError, "got str"),
-                          (dict(use_mpi=False), ValueError, "use_mpi=False (Gloo) is not"),
+                          (dict(use_gloo=True, use_mpi=True), ValueError,
+                           "use_gloo and use_mpi are both True"),
                           (dict(mpi_args="-x 'A=1"), ValueError,
                            "mpi_args \"-x 'A=1\" cannot be split like a shell command line: "
                            "No closing quotation"),
@@ -466,9 +467,11 @@ def test_bad_args():
     if numpy is not None:
         got = hvd_bridge.run(rank_info, args=(1,), np=numpy.int64(1))
         check(len(got) == 1, "np=numpy.int64(1): %r" % got)
-    # One interface as a string is that interface (it was taken letter by letter: "l,o").
-    got = hvd_bridge.run(rank_info, args=(1,), np=1, network_interfaces="lo")
-    check(len(got) == 1, "network_interfaces='lo': %r" % got)
+    # One interface as a string is that interface (it was taken letter by letter: "l,o");
+    # an empty list asks for nothing, and use_mpi=False alone still runs MPI (as in Horovod).
+    for kw in (dict(network_interfaces="lo"), dict(network_interfaces=[]), dict(use_mpi=False)):
+        got = hvd_bridge.run(rank_info, args=(1,), np=1, **kw)
+        check(len(got) == 1, "%r: %r" % (kw, got))
     # The C door refuses a relative bin dir before it waits for anything (mpirun's agent and
     # the ranks start in other directories).
     from hvd_bridge import _core

@@ -157,7 +157,11 @@ def _wait_for_slots(sc, num_proc, timeout_s):
     submitted. A barrier stage submitted with too few (executors still registering, say)
     waits for Spark's next check, 15 s later, and cannot be cancelled meanwhile (it is not an
     active job yet): a job asking for more slots than there are would leave it behind for
-    10 minutes. Raises JobError, with nothing started, when timeout_s passes first."""
+    10 minutes. Raises JobError, with nothing started, when timeout_s passes first. (With
+    dynamic allocation, which barrier stages do not allow, Spark's own error comes at once.)"""
+    if (sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true" and
+            not sc.master.startswith("local")):
+        return  # Spark refuses a barrier stage then, at once and saying so: no slots to wait for
     deadline = time.monotonic() + timeout_s
     slots = _task_slots(sc)
     while slots is not None and slots < num_proc:
