@@ -391,8 +391,8 @@ static void check_hosts(el_run *r) {
                        hosts ? hosts : "?");
         else
             launch_log(r->cfg,
-                       "the hosts changed (%zu slot(s) left: %s; --min-np %d): the ranks stop at "
-                       "their next commit and the job waits up to --elastic-timeout for hosts",
+                       "the hosts changed (%zu slot(s) left: %s; min_np %d): the ranks stop at "
+                       "their next commit and the job waits up to the elastic timeout for hosts",
                        next.n, hosts && *hosts ? hosts : "none", r->ec->min_np);
         free(hosts);
     }
@@ -493,11 +493,11 @@ static int wait_next(el_run *r, hvd_err *err) {
         int need = ec->np > 0 ? ec->np : ec->min_np;
         if (ec->max_np > 0 && need > ec->max_np) need = ec->max_np;
         int ms = start_ms_of(r);
-        snprintf(limit, sizeof limit, "-np %d within --start-timeout %d s", need, ms / 1000);
+        snprintf(limit, sizeof limit, "np %d within the start timeout, %d s", need, ms / 1000);
         return wait_slots(r, need, ms, limit, err);
     }
     int secs = ec->elastic_timeout_s > 0 ? ec->elastic_timeout_s : HVD_ELASTIC_TIMEOUT_DEFAULT_S;
-    snprintf(limit, sizeof limit, "--min-np %d within --elastic-timeout %d s", ec->min_np, secs);
+    snprintf(limit, sizeof limit, "min_np %d within the elastic timeout, %d s", ec->min_np, secs);
     return wait_slots(r, ec->min_np, secs * 1000, limit, err);
 }
 

@@ -48,6 +48,7 @@ typedef struct launch_opts {
     const char *entry_arg;       /* --entry-arg STR */
     char **command;              /* -- COMMAND ARGS... (NULL-terminated) */
     const char *payload; /* --payload FILE: the command's payload (an ARGV_IO entry point) */
+    int lifeline_fd;     /* --lifeline-fd N: the read end of the starter's pipe, or -1 */
     bool verbose;
     bool quiet;                  /* --quiet: no results table, only a failure line */
     const char *ssh_hosts;       /* --ssh-hosts h1:slots,...: start the tasks there over ssh */
@@ -130,7 +131,11 @@ typedef struct local_tasks local_tasks;
  * task service lost while the job runs, stops the job: the driver is aborted (waits for
  * registration or interfaces return at once), the launch's stop flag is raised (mpirun
  * stops), the ssh sessions are interrupted. Returns 0, or -1 with err. */
-int watch_start(int signal_fd, hvd_err *err);
+int watch_start(int signal_fd, int lifeline_fd, hvd_err *err);
+
+/* Whether the lifeline (--lifeline-fd) was cut: the program that started hvd-driver is gone,
+ * and the job was stopped for it. */
+bool watch_orphaned(void);
 /* From now on the watcher acts on this driver, these ssh sessions (either may be NULL). */
 void watch_set_driver(hvd_driver *d);
 void watch_set_ssh(ssh_tasks *st);

@@ -471,7 +471,7 @@ int main(int argc, char **argv) {
     /* Signals go to the watcher before the secret file exists, so that an interrupt always
      * gets to the cleanup. */
     int sig_fd = hvd_signals_install(&err);
-    if (sig_fd < 0 || watch_start(sig_fd, &err) != 0) {
+    if (sig_fd < 0 || watch_start(sig_fd, j.o.lifeline_fd, &err) != 0) {
         fprintf(stderr, "hvd-driver: %s\n", err.msg);
         return 1;
     }
@@ -493,6 +493,12 @@ int main(int argc, char **argv) {
     int sig = hvd_signals_first();
     if (why[0] && rc == 0) rc = 1;
     if (sig && why[0]) rc = 128 + sig;
-    job_end(&j);
+    bool orphaned = watch_orphaned();
+    const char *payload = j.o.payload, *results = j.o.results_json;
+    job_end(&j);    /* frees the options, not the argv strings they point into */
+    if (orphaned) { /* nobody is left to read them, or to remove them */
+        if (payload) unlink(payload);
+        if (results) unlink(results);
+    }
     return rc;
 }

@@ -1,5 +1,6 @@
 /* hvd-driver's command line: getopt_long_only (so -np works as well as --np), numbers
  * validated, defaults from include/hvd/defaults.h. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,10 @@ static const char USAGE[] =
     "  --payload FILE      give the program FILE's bytes on descriptor 3 ($HVD_PAYLOAD_FD);\n"
     "                      what it writes to descriptor 4 ($HVD_RESULT_FD) is its rank's\n"
     "                      result (--results-json result_hex)\n"
+    "  --lifeline-fd N     descriptor N is the read end of a pipe whose write end the\n"
+    "                      program that starts hvd-driver keeps open: when it closes (that\n"
+    "                      program is gone, even by SIGKILL), the job is stopped as by\n"
+    "                      SIGTERM and the --payload and --results-json files are removed\n"
     "  --timeout S         stop the job after S seconds (default: none)\n"
     "  --start-timeout S   time for tasks to register, and for every rank to start once\n"
     "                      mpirun runs: else mpirun is stopped (default 120)\n"
@@ -143,6 +148,7 @@ enum {
     OPT_VERBOSE,
     OPT_QUIET,
     OPT_PAYLOAD,
+    OPT_LIFELINE_FD,
     OPT_HELP,
 };
 
@@ -176,6 +182,7 @@ static const struct option LONG_OPTS[] = {
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"payload", required_argument, NULL, OPT_PAYLOAD},
+    {"lifeline-fd", required_argument, NULL, OPT_LIFELINE_FD},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -295,6 +302,11 @@ static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
     case OPT_PAYLOAD:
         o->payload = v;
         return 0;
+    case OPT_LIFELINE_FD:
+        if (number("--lifeline-fd", v, 3, 1 << 20, &o->lifeline_fd) != 0) return 2;
+        if (fcntl(o->lifeline_fd, F_SETFD, FD_CLOEXEC) != 0)
+            return usage_error("--lifeline-fd N: descriptor N is not open");
+        return 0;
     default: /* elastic jobs and horovodrun's host flags: launcher_elastic_opts.c */
         return elastic_opts_take(c, v, argc, argv, o);
     }
@@ -329,6 +341,7 @@ static int check(launch_opts *o) {
 static int defaults(launch_opts *o) {
     o->start_timeout_s = HVD_START_TIMEOUT_DEFAULT_S;
     o->jobs = 1;
+    o->lifeline_fd = -1;
     o->net_timeout_s = HVD_NET_TIMEOUT_DEFAULT_S;
     if (elastic_opts_defaults(o)) return 2;
     const char *nt = getenv(HVD_NET_TIMEOUT_ENV);

@@ -1,5 +1,6 @@
-/* The watcher: SIGINT, SIGTERM and SIGHUP (read from the process's signal pipe) and a task
- * service that dies while the job runs end the job through the same path: the driver is
+/* The watcher: SIGINT, SIGTERM and SIGHUP (read from the process's signal pipe), the lifeline
+ * of the program that started hvd-driver (--lifeline-fd) and a task service that dies while
+ * the job runs end the job through the same path: the driver is
  * aborted (so that waits for registration or interfaces return at once), mpirun is stopped
  * through the launch's stop flag, the ssh sessions are interrupted, and main's cleanup runs
  * (tasks shut down, the private directory with the secret file removed). */
@@ -24,6 +25,8 @@ static struct {
     pthread_t thread;
     bool running;
     int signal_fd;            /* the process's signal pipe */
+    int lifeline_fd;          /* --lifeline-fd, until cut; -1: none */
+    int orphaned;             /* atomic: the lifeline was cut */
     int quit[2];              /* main -> watcher: end */
     int stop;                 /* hvd_launch_config.stop (atomic) */
     hvd_driver *d;            /* atomic */
@@ -32,7 +35,7 @@ static struct {
     int ignore_lost;          /* atomic */
     pthread_mutex_t mu;       /* guards reason */
     char reason[512];         /* why the job was stopped; "" if it was not */
-} w = {.quit = {-1, -1}, .mu = PTHREAD_MUTEX_INITIALIZER};
+} w = {.quit = {-1, -1}, .lifeline_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *signal_name(int sig) {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
@@ -91,6 +94,24 @@ static void on_signal(int sig) {
     if (st) ssh_tasks_interrupt(st);
 }
 
+/* The lifeline is readable: cut when its write end closed (the starter is gone); bytes
+ * written to it mean nothing. */
+static void check_lifeline(void) {
+    char buf[64];
+    ssize_t n = read(w.lifeline_fd, buf, sizeof buf);
+    if (n > 0 || (n < 0 && (errno == EINTR || errno == EAGAIN))) return;
+    close(w.lifeline_fd);
+    w.lifeline_fd = -1;
+    __atomic_store_n(&w.orphaned, 1, __ATOMIC_RELEASE);
+    watch_stop_job("the program that started hvd-driver went away (its --lifeline-fd closed)");
+    ssh_tasks *st = __atomic_load_n(&w.ssh, __ATOMIC_ACQUIRE);
+    if (st) ssh_tasks_interrupt(st);
+}
+
+bool watch_orphaned(void) {
+    return __atomic_load_n(&w.orphaned, __ATOMIC_ACQUIRE) != 0;
+}
+
 /* A task service lost while the job runs stops it: at once when its connection timed out
  * (a network partition is never a normal end), else after a grace period. */
 static void check_lost(int64_t *lost_since) {
@@ -137,21 +158,24 @@ static void *watch_main(void *arg) {
     (void)arg;
     int64_t lost_since = -1;
     for (;;) {
-        struct pollfd p[2] = {{.fd = w.signal_fd, .events = POLLIN},
-                              {.fd = w.quit[0], .events = POLLIN}};
-        if (poll(p, 2, WATCH_TICK_MS) > 0) {
+        struct pollfd p[3] = {{.fd = w.signal_fd, .events = POLLIN},
+                              {.fd = w.quit[0], .events = POLLIN},
+                              {.fd = w.lifeline_fd, .events = POLLIN}};
+        if (poll(p, w.lifeline_fd >= 0 ? 3 : 2, WATCH_TICK_MS) > 0) {
             if (p[1].revents) return NULL;
             int sig;
             while ((sig = hvd_signals_next(w.signal_fd)) != 0)
                 on_signal(sig);
+            if (w.lifeline_fd >= 0 && p[2].revents) check_lifeline();
         }
         check_lost(&lost_since);
         check_local();
     }
 }
 
-int watch_start(int signal_fd, hvd_err *err) {
+int watch_start(int signal_fd, int lifeline_fd, hvd_err *err) {
     w.signal_fd = signal_fd;
+    w.lifeline_fd = lifeline_fd;
     if (pipe2(w.quit, O_CLOEXEC) != 0)
         return hvd_err_set(err, HVD_E_INTERNAL, "cannot create a pipe: %s", strerror(errno));
     /* The thread takes no signals: they reach the pipe through the main thread. */

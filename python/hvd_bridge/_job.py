@@ -33,13 +33,16 @@ class RankOutcome:
     """One rank's outcome as the driver saw it."""
 
     __slots__ = ("rank", "task", "host", "present", "status", "error", "order", "stopped",
-                 "value", "exc_type", "exc_message", "remote_traceback")
+                 "value", "exc_type", "exc_message", "remote_traceback", "no_result")
 
     def __init__(self, row):
         (self.rank, self.task, self.host, self.present, self.status, data, self.error,
          self.order, self.stopped) = row
         self.value = None
         self.exc_type = self.exc_message = self.remote_traceback = None
+        # Every rank of ours writes ("ok", value) or ("error", ...): nothing means the process
+        # ended without getting there (os._exit(0), or exec of another program).
+        self.no_result = bool(self.present and not data and self.status == 0)
         if self.present and data:
             try:
                 kind, *rest = pickle.loads(data)
@@ -52,7 +55,8 @@ class RankOutcome:
 
     @property
     def ok(self):
-        return self.present and self.status == 0 and self.exc_type is None
+        return (self.present and self.status == 0 and self.exc_type is None and
+                not self.no_result)
 
     def __repr__(self):
         return "RankOutcome(rank=%d, task=%d, host=%r, status=%r, error=%r)" % (
@@ -194,6 +198,11 @@ def values_or_raise(rows, mpirun_status, stop_reason=None, failure=None, first_f
             bad.remote_traceback)
     elif failure:
         msg = failure
+    elif any(o.no_result for o in outcomes):
+        bad = next(o for o in outcomes if o.no_result)
+        msg = ("rank %d (task %d on %s) exited with status 0 without returning a result "
+               "(os._exit, or exec of another program, before the function returned?)" % (
+                   bad.rank, bad.task, bad.host or "?"))
     else:
         msg = "mpirun exited with status %d" % mpirun_status
     kw = {}

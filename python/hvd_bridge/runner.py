@@ -5,7 +5,6 @@ function in a Python interpreter."""
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -73,8 +72,11 @@ def _hostfile_hosts(path):
 
 
 def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_port,
-                    ssh_identity_file, nics, mpi_args, verbose, executable, elastic=()):
+                    ssh_identity_file, nics, mpi_args, verbose, executable, elastic=(),
+                    lifeline_fd=None):
     cmd = [os.path.join(bin_dir(), "hvd-driver"), "run", "-np", str(np_)]
+    if lifeline_fd is not None:  # this process's death stops the job
+        cmd += ["--lifeline-fd", str(lifeline_fd)]
     if hosts:
         cmd += ["--ssh-hosts", hosts]
         if ssh_port:
@@ -137,7 +139,17 @@ def _wait(proc):
         return proc.wait()
     except (KeyboardInterrupt, _Terminated) as e:
         proc.send_signal(signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM)
-        proc.wait()
+        terminated = isinstance(e, _Terminated)
+        while True:  # until the job is down, also through another Ctrl-C
+            try:
+                proc.wait()
+                break
+            except KeyboardInterrupt:
+                pass
+            except _Terminated:
+                terminated = True
+        if terminated and not isinstance(e, _Terminated):
+            raise _Terminated() from None  # SIGTERM came too: the process ends by it
         raise
 
 
@@ -190,20 +202,25 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     verbose = _job.verbosity(verbose)
     extra = _job.mpi_args(mpi_args, env, prefix_output_with_timestamp, "mpi_args")
     start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120, "start_timeout")
+    payload = _job.payload(func, args, kwargs)
     with _TerminateStopsJob():
-        work = tempfile.mkdtemp(prefix="hvd-bridge-run-")
+        # Files, not a directory: if this process is killed, hvd-driver (its lifeline cut)
+        # removes both, and nothing of the job is left.
+        fd, payload_file = tempfile.mkstemp(prefix="hvd-bridge-run-", suffix=".payload")
+        results_file = payload_file[:-len(".payload")] + ".results.json"
+        life_r, life_w = os.pipe()
         out = _job.OutputForwarder(stdout)
         err = _job.OutputForwarder(stderr)
         try:
-            payload_file = os.path.join(work, "payload")
-            results_file = os.path.join(work, "results.json")
-            fd = os.open(payload_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with open(fd, "wb") as f:
-                f.write(_job.payload(func, args, kwargs))
+                f.write(payload)
             cmd = _driver_command(np_, hosts, payload_file, results_file, start, ssh_port,
                                   ssh_identity_file, nics, extra, verbose, executable,
-                                  elastic_flags)
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out.fd, stderr=err.fd)
+                                  elastic_flags, life_r)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out.fd, stderr=err.fd,
+                                    pass_fds=(life_r,))
+            os.close(life_r)
+            life_r = -1
             out.close_writer()
             err.close_writer()
             status = _wait(proc)
@@ -219,4 +236,11 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
         finally:
             out.join(1)
             err.join(1)
-            shutil.rmtree(work, ignore_errors=True)
+            for f in (payload_file, results_file):
+                try:
+                    os.unlink(f)
+                except FileNotFoundError:
+                    pass
+            for f in (life_r, life_w):  # the write end last: hvd-driver has ended
+                if f >= 0:
+                    os.close(f)

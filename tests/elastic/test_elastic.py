@@ -342,7 +342,8 @@ def test_elastic_timeout():
             check(rc != 0, "the job must fail:\n%s" % err[-3000:])
             last = [l for l in err.splitlines() if l.startswith("hvd-driver:")][-1]
             check("only 1 slot(s) were usable for 3 s, and 2 are needed" in last and
-                  "--elastic-timeout 3 s" in last, "the last line says why: %s" % last)
+                  "min_np 2 within the elastic timeout, 3 s" in last,
+                  "the last line says why: %s" % last)
             check(3 <= took < 30, "failed %.1f s after the loss (3 s timeout)" % took)
         finally:
             job.close()

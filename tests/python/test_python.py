@@ -319,6 +319,29 @@ def test_big_payload():
     check(got == [want, want], "each rank saw the whole 100 MiB: %r" % got)
 
 
+def exits_quietly():
+    import os as _os
+    import time as _time
+    if _os.environ["RANK"] == "1":
+        _os._exit(0)
+    _time.sleep(1)
+    return "returned"
+
+
+def test_no_result():
+    """A rank whose process ends with status 0 before the function returns (os._exit(0)) is a
+    failure naming it; its value was taken as None without a word."""
+    import hvd_bridge
+    with Job():
+        try:
+            got = hvd_bridge.run(exits_quietly, np=2)
+        except hvd_bridge.JobError as e:
+            check(e.rank == 1 and "exited with status 0 without returning a result" in str(e),
+                  "the error names rank 1: %s" % e)
+        else:
+            raise Failure("taken as a success: %r" % (got,))
+
+
 class FailingStream:
     """A text stream whose writes fail (a closed notebook cell, a full disk)."""
     def write(self, text):
@@ -406,6 +429,28 @@ def test_terminated():
                 p.wait()
         shutil.rmtree(d)
     check(rc == -signal.SIGTERM, "the program ended by SIGTERM, not with %s" % rc)
+
+
+def test_killed_caller():
+    """SIGKILL to a program waiting in hvd_bridge.run (a notebook kernel restarted, the OOM
+    killer): hvd-driver, its lifeline cut, stops the job and removes the pickled function and
+    the results file; Job checks that no process or file of the job is left. Before, the whole
+    job ran on for good, and the files stayed."""
+    import subprocess
+    with Job() as job:
+        d = os.path.join(job.tmp, "started")
+        os.mkdir(d)
+        p = subprocess.Popen([sys.executable, "-c", TERMINATED_SCRIPT, d])
+        try:
+            deadline = time.time() + 60
+            while len(os.listdir(d)) < 2 and time.time() < deadline and p.poll() is None:
+                time.sleep(0.1)
+            check(len(os.listdir(d)) == 2, "the 2 ranks started: %s" % os.listdir(d))
+        finally:
+            p.kill()
+            rc = p.wait()
+        shutil.rmtree(d)
+    check(rc == -signal.SIGKILL, "the program was killed: %s" % rc)
 
 
 def test_bad_args():
