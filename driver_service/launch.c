@@ -663,7 +663,14 @@ static void stop_mpirun(hvd_driver *d, hvd_proc *p, int delay_ms) {
  * stalled start, the timeout, a stop request) is the one reported (a lost task only cuts the
  * kill delay short). */
 static bool stopping(const hvd_launch_outcome *out) {
-    return out->late || out->timed_out || out->stopped;
+    return out->late || out->timed_out || out->stopped || out->rank_failed;
+}
+
+/* Whether a rank failed while mpirun keeps the others running: Hydra (MPICH) ends nothing when
+ * a rank exits non-zero (Open MPI's mpirun aborts the job itself), so a hung rank held the job
+ * for ever; the driver then stops mpirun, the failed rank being what it reports. */
+static bool rank_failed_alone(hvd_driver *d) {
+    return hvd_driver_mpi(d) == HVD_MPI_MPICH && hvd_driver_ranks_failed(d) > 0;
 }
 
 /* Waits for mpirun, stopping it on timeout, a stalled start or *stop. */
@@ -694,6 +701,11 @@ static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg
         }
         if (!stopping(out) && stop_requested(cfg)) {
             out->stopped = true;
+            stop_mpirun(d, p, -1);
+        }
+        if (!stopping(out) && rank_failed_alone(d)) {
+            out->rank_failed = true;
+            launch_log(cfg, "a rank failed and mpiexec keeps the others running: stopping it");
             stop_mpirun(d, p, -1);
         }
         if (!urgent && stop_value(cfg) == HVD_LAUNCH_STOP_LOST) {

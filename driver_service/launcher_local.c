@@ -89,7 +89,7 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
                           .envp = envp,
                           .cwd = NULL, /* the caller's: its ranks run there, as horovodrun's */
                           .uts_hostname = o->fake_hostnames ? uts : NULL,
-                          .grace_ms = HVD_GRACE_DEFAULT_MS,
+                          .grace_ms = HVD_TASK_STOP_GRACE_MS,
                           .pass_stdout = true,
                           .stdout_fd = STDOUT_FILENO,
                           .pass_stderr = true,

@@ -317,7 +317,7 @@ static int run(hvd_driver *d, const launch_opts *o, local_tasks *lt, ssh_tasks *
      * not come after the job's last line. The watcher, which polls them, ends before. */
     watch_end();
     hvd_driver_shutdown_tasks(d);
-    local_tasks_stop(lt, HVD_GRACE_DEFAULT_MS);
+    local_tasks_stop(lt, HVD_TASK_STOP_GRACE_MS);
     job_end_info end = {.mpirun = &out, .stopped = why};
     return report_results(d, o, &end);
 }
@@ -447,8 +447,8 @@ static int start_tasks(job *j) {
 static void job_end(job *j) {
     watch_end();
     if (j->d) hvd_driver_shutdown_tasks(j->d);
-    if (j->lt.n) local_tasks_stop(&j->lt, HVD_GRACE_DEFAULT_MS);
-    ssh_tasks_stop(j->ssh, HVD_GRACE_DEFAULT_MS);
+    if (j->lt.n) local_tasks_stop(&j->lt, HVD_TASK_STOP_GRACE_MS);
+    ssh_tasks_stop(j->ssh, HVD_TASK_STOP_GRACE_MS);
     hvd_driver_stop(j->d);
     for (size_t i = 0; j->job_env && j->job_env[i]; i++) /* the secret */
         memset(j->job_env[i], 0, strlen(j->job_env[i]));

@@ -123,7 +123,7 @@ static void missing_note(const hvd_rank_result *r, size_t n, char *out, size_t c
 /* mpirun died of a signal nobody here sent: someone killed it. */
 static bool mpirun_killed(const job_end_info *end) {
     const hvd_launch_outcome *m = end->mpirun;
-    return m && m->signal > 0 && !m->stopped && !m->timed_out && !m->late;
+    return m && m->signal > 0 && !m->stopped && !m->timed_out && !m->late && !m->rank_failed;
 }
 
 static int mpirun_status(const job_end_info *end) {

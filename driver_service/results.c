@@ -121,6 +121,17 @@ size_t hvd_driver_ranks_started(hvd_driver *d, size_t *np) {
     return k;
 }
 
+size_t hvd_driver_ranks_failed(hvd_driver *d) {
+    size_t k = 0;
+    pthread_mutex_lock(&d->mu);
+    for (uint32_t rank = 0; rank < d->reg.nact; rank++) {
+        const hvd_result_msg *m = &d->reg.results[rank];
+        k += m->present && m->status != 0 && !m->stopped;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return k;
+}
+
 bool hvd_driver_wait_results(hvd_driver *d, int timeout_ms) {
     int64_t deadline = hvd_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&d->mu);

@@ -326,18 +326,31 @@ static bool is_job_ancestor(pid_t pid) {
     return false;
 }
 
+/* The name of our parent, the MPI daemon that started this rank (its /proc comm), or
+ * "orted" when it cannot be read. */
+static void daemon_name(char *out, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)getppid());
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(out, (int)cap, f) || !out[0] || out[0] == '\n') snprintf(out, cap, "orted");
+    if (f) fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
 /* A signal from orted or the task service above it (our ancestors) is the job ending: the rank
  * is stopped, it did not fail. One from anyone else killed the rank: that is its own failure.
  * Says which in error; returns true for a stop. */
 static bool stop_or_kill(int sig, pid_t sender, char *error, size_t cap) {
     bool stop = sender > 0 && is_job_ancestor(sender);
+    char daemon[32]; /* our parent: orted, prted or hydra_pmi_proxy */
+    daemon_name(daemon, sizeof daemon);
     if (stop)
         snprintf(error, cap,
                  "stopped by %s from %s before the entry point finished (the job was ending)",
-                 signal_name(sig), sender == getppid() ? "orted" : "its task service");
+                 signal_name(sig), sender == getppid() ? daemon : "its task service");
     else if (sender > 0)
-        snprintf(error, cap, "killed by %s from process %d (not mpirun's orted)", signal_name(sig),
-                 (int)sender);
+        snprintf(error, cap, "killed by %s from process %d (not the MPI daemon %s)",
+                 signal_name(sig), (int)sender, daemon);
     else
         snprintf(error, cap, "killed by %s", signal_name(sig));
     return stop;

@@ -20,6 +20,12 @@
 
 /* Abort: SIGTERM, then SIGKILL after this grace period (hvd-task --grace). */
 #define HVD_GRACE_DEFAULT_MS 5000
+/* The grace of a task service that hvd-driver started (--local, --ssh-hosts) and stops: its
+ * command's (HVD_GRACE_DEFAULT_MS) and then time for that command's keeper to remove the
+ * command's private directory (/dev/shm/hvd-task-*). With equal graces, ranks that ignore
+ * SIGTERM made both end at once, and the task's SIGKILL took the command's keeper before it
+ * had cleaned up. */
+#define HVD_TASK_STOP_GRACE_MS (HVD_GRACE_DEFAULT_MS + 3000)
 /* How long a task service still answers exit-code requests after its command ended, unless
  * the driver ends the job first (hvd-task --min-lifetime). */
 #define HVD_MIN_LIFETIME_DEFAULT_MS 3000

@@ -154,6 +154,10 @@ bool hvd_driver_lost_during_job(hvd_driver *d, const hvd_rank_result *r, size_t 
  * thread. */
 size_t hvd_driver_agents_seen(hvd_driver *d, size_t *hosts);
 
+/* How many ranks of the job have reported a failure of their own so far (a status other
+ * than 0, not stopped from outside). Any thread. */
+size_t hvd_driver_ranks_failed(hvd_driver *d);
+
 /* How many ranks of the job have told the driver where they run (SET_LOCAL_RANK: hvd-exec's
  * first call) so far; *np is how many the job has. Any thread. */
 size_t hvd_driver_ranks_started(hvd_driver *d, size_t *np);

@@ -91,14 +91,17 @@ typedef struct hvd_launch_config {
 
 /* How the job's mpirun ended. */
 typedef struct hvd_launch_outcome {
-    int status;     /* mpirun's exit status (128+N for signal N) */
-    int signal;     /* the signal that killed mpirun (0: it exited, maybe with 128+N after a
-                       rank was killed by signal N); one we did not send means someone else
-                       killed mpirun */
-    bool timed_out; /* the timeout stopped it */
-    bool stopped;   /* *stop stopped it */
-    bool late;      /* stopped because not every rank had started within the start timeout of
-                       mpirun's start (hvd_driver_failure says so: HVD_FAILURE_LAUNCH) */
+    int status;       /* mpirun's exit status (128+N for signal N) */
+    int signal;       /* the signal that killed mpirun (0: it exited, maybe with 128+N after a
+                         rank was killed by signal N); one we did not send means someone else
+                         killed mpirun */
+    bool timed_out;   /* the timeout stopped it */
+    bool stopped;     /* *stop stopped it */
+    bool late;        /* stopped because not every rank had started within the start timeout of
+                         mpirun's start (hvd_driver_failure says so: HVD_FAILURE_LAUNCH) */
+    bool rank_failed; /* stopped because a rank failed and the launcher kept the others
+                         running (Hydra: a rank that exits non-zero ends nothing); the rank is
+                         the failure (hvd_driver_failure) */
 } hvd_launch_outcome;
 
 /* Runs the job on a started driver: waits for every task to register, has them find the

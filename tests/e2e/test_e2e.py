@@ -233,12 +233,17 @@ def test_yield_when_oversubscribed():
 
 
 def test_failing_rank():
+    """Rank 1 fails at once while the others sleep 600 s in their entry: the job ends, with the
+    failed rank's status and name (under Hydra, which ends nothing when a rank exits non-zero,
+    the driver stops mpiexec; before, the job waited for the sleepers); run()'s 120 s limit
+    fails a job that hangs."""
     needs_fake_hostnames(2)
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
         rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", *mpi_opts(), "--entry",
-                                    ARGS.probe_lib + ":probe_entry", "--entry-arg", "fail=1"),
-                             hvdtest.marked_env(mark, ARGS.bin), cwd=d)
+                                    ARGS.probe_lib + ":probe_entry", "--entry-arg",
+                                    "fail=1 sleep=600"),
+                             hvdtest.marked_env(mark, ARGS.bin), cwd=d, new_session=True)
         check(rc == 3, "exit status 3 (the failed rank's), got %d:\n%s" % (rc, se))
         check("rank 1 failed on purpose" in se, "the rank's error text reaches the user:\n" + se)
         check(re.search(r"job failed: rank 1 \(task 1", se), "the failed rank is named:\n" + se)
@@ -335,6 +340,37 @@ def test_killed_after_result():
                         r"a process of the job killed by signal 9 \(Killed\) after the ranks reported", last),
               "the last line says what happened: %r" % last)
     hvdtest.assert_no_leftovers(mark)
+
+
+def test_driver_killed_ranks_ignore_term():
+    """hvd-driver SIGKILLed while its ranks ignore SIGTERM (training scripts that checkpoint on
+    it): every process of the job ends (the ranks by SIGKILL after the grace period) and the
+    task services' private /dev/shm directories are removed. Both graces were 5 s: the task
+    service's keeper SIGKILLed its command's keeper before that one removed the directory
+    (3 of 3 runs left it)."""
+    needs_fake_hostnames(2)
+    mark = uuid.uuid4().hex
+    shm = hvdtest.ShmWatch(mark)
+    with tempfile.TemporaryDirectory() as d:
+        rank = ("import os, signal, time; signal.signal(signal.SIGTERM, lambda *a: None); "
+                "open('ignoring.' + os.environ['HOROVOD_RANK'], 'w').close(); time.sleep(600)")
+        drv = hvdtest.start_driver(ARGS.bin, ["run", "-np", "2", "--local", "2", *mpi_opts(), "--",
+                                              sys.executable, "-c", rank, "hvd-ignores-term"],
+                                   hvdtest.marked_env(mark, ARGS.bin), d,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            ignoring = lambda: [f for f in os.listdir(d) if f.startswith("ignoring.")]
+            deadline = time.time() + 60
+            while len(ignoring()) < 2 and time.time() < deadline and drv.poll() is None:
+                time.sleep(0.1)
+            check(len(ignoring()) == 2, "both ranks ignore SIGTERM: %r" % ignoring())
+            check(len(shm.seen) >= 1, "the job named its /dev/shm directories: %r" % shm.seen)
+        finally:
+            drv.kill()
+            drv.wait()
+        hvdtest.assert_no_leftovers(mark, wait_s=30)
+    left = shm.left()
+    check(not left, "left in /dev/shm: %r" % left)
 
 
 def test_bad_entry_symbol():
