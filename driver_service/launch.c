@@ -23,7 +23,8 @@
 #include "hvd/proto.h"
 #include "launch_internal.h"
 
-#define POLL_MS 50 /* how often the wait for mpirun looks at the stop flag */
+#define POLL_MS             50   /* how often the wait for mpirun looks at the stop flag */
+#define RANK_FAILED_STOP_MS 1000 /* rank_failed_alone */
 
 const char *hvd_launch_bin_dir(void) {
     static char dir[PATH_MAX];
@@ -666,11 +667,15 @@ static bool stopping(const hvd_launch_outcome *out) {
     return out->late || out->timed_out || out->stopped || out->rank_failed;
 }
 
-/* Whether a rank failed while mpirun keeps the others running: Hydra (MPICH) ends nothing when
- * a rank exits non-zero (Open MPI's mpirun aborts the job itself), so a hung rank held the job
- * for ever; the driver then stops mpirun, the failed rank being what it reports. */
-static bool rank_failed_alone(hvd_driver *d) {
-    return hvd_driver_mpi(d) == HVD_MPI_MPICH && hvd_driver_ranks_failed(d) > 0;
+/* Whether a rank failed RANK_FAILED_STOP_MS ago or more while mpirun keeps the others
+ * running: Hydra (MPICH) ends nothing when a rank exits non-zero (Open MPI's mpirun aborts the
+ * job itself), so a hung rank held the job for ever; the driver then stops mpirun, the failed
+ * rank being what it reports. The wait lets the failed rank's last lines through mpiexec.
+ * *since: when the failure was first seen (-1: not yet). */
+static bool rank_failed_alone(hvd_driver *d, int64_t *since) {
+    if (hvd_driver_mpi(d) != HVD_MPI_MPICH || hvd_driver_ranks_failed(d) == 0) return false;
+    if (*since < 0) *since = hvd_now_ms();
+    return hvd_now_ms() - *since >= RANK_FAILED_STOP_MS;
 }
 
 /* Waits for mpirun, stopping it on timeout, a stalled start or *stop. */
@@ -679,7 +684,8 @@ static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg
     int64_t deadline = cfg->timeout_s > 0 ? hvd_now_ms() + (int64_t)cfg->timeout_s * 1000 : -1;
     int64_t start_deadline = hvd_now_ms() + start_ms; /* -1 once every rank has started */
     int code = 255;
-    bool urgent = false; /* the kill delay was cut short */
+    bool urgent = false;       /* the kill delay was cut short */
+    int64_t failed_since = -1; /* rank_failed_alone */
     for (;;) {
         int r = hvd_proc_wait(p, POLL_MS, &code);
         if (r <= 0) {
@@ -703,7 +709,7 @@ static void wait_mpirun(hvd_driver *d, hvd_proc *p, const hvd_launch_config *cfg
             out->stopped = true;
             stop_mpirun(d, p, -1);
         }
-        if (!stopping(out) && rank_failed_alone(d)) {
+        if (!stopping(out) && rank_failed_alone(d, &failed_since)) {
             out->rank_failed = true;
             launch_log(cfg, "a rank failed and mpiexec keeps the others running: stopping it");
             stop_mpirun(d, p, -1);

@@ -47,8 +47,9 @@ typedef struct launch_opts {
     const char *entry;           /* --entry LIB.so:SYMBOL */
     const char *entry_arg;       /* --entry-arg STR */
     char **command;              /* -- COMMAND ARGS... (NULL-terminated) */
-    const char *payload; /* --payload FILE: the command's payload (an ARGV_IO entry point) */
-    int lifeline_fd;     /* --lifeline-fd N: the read end of the starter's pipe, or -1 */
+    const char *payload;      /* --payload FILE: the command's payload (an ARGV_IO entry point) */
+    int lifeline_fd;          /* --lifeline-fd N: the read end of the starter's pipe, or -1 */
+    const char *lifeline_dir; /* --lifeline-dir DIR: the starter's, removed when it is gone */
     bool verbose;
     bool quiet;                  /* --quiet: no results table, only a failure line */
     const char *ssh_hosts;       /* --ssh-hosts h1:slots,...: start the tasks there over ssh */
@@ -133,8 +134,9 @@ typedef struct local_tasks local_tasks;
  * stops), the ssh sessions are interrupted. Returns 0, or -1 with err. */
 int watch_start(int signal_fd, int lifeline_fd, hvd_err *err);
 
-/* Whether the lifeline (--lifeline-fd) was cut: the program that started hvd-driver is gone,
- * and the job was stopped for it. */
+/* Whether the lifeline (--lifeline-fd) is cut: the program that started hvd-driver is gone
+ * (the watcher saw it and stopped the job, or it went after the watcher ended). Call after
+ * watch_end. */
 bool watch_orphaned(void);
 /* From now on the watcher acts on this driver, these ssh sessions (either may be NULL). */
 void watch_set_driver(hvd_driver *d);

@@ -493,12 +493,12 @@ int main(int argc, char **argv) {
     int sig = hvd_signals_first();
     if (why[0] && rc == 0) rc = 1;
     if (sig && why[0]) rc = 128 + sig;
-    bool orphaned = watch_orphaned();
-    const char *payload = j.o.payload, *results = j.o.results_json;
-    job_end(&j);    /* frees the options, not the argv strings they point into */
-    if (orphaned) { /* nobody is left to read them, or to remove them */
+    const char *payload = j.o.payload, *results = j.o.results_json, *dir = j.o.lifeline_dir;
+    job_end(&j);            /* frees the options, not the argv strings they point into */
+    if (watch_orphaned()) { /* nobody is left to read them, or to remove them */
         if (payload) unlink(payload);
         if (results) unlink(results);
+        if (dir) hvd_remove_tree(dir);
     }
     return rc;
 }

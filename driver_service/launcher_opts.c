@@ -72,6 +72,8 @@ static const char USAGE[] =
     "                      program that starts hvd-driver keeps open: when it closes (that\n"
     "                      program is gone, even by SIGKILL), the job is stopped as by\n"
     "                      SIGTERM and the --payload and --results-json files are removed\n"
+    "  --lifeline-dir DIR  with --lifeline-fd: the starter's private directory (holding those\n"
+    "                      files), removed with what is in it when the starter is gone\n"
     "  --timeout S         stop the job after S seconds (default: none)\n"
     "  --start-timeout S   time for tasks to register, and for every rank to start once\n"
     "                      mpirun runs: else mpirun is stopped (default 120)\n"
@@ -149,6 +151,7 @@ enum {
     OPT_QUIET,
     OPT_PAYLOAD,
     OPT_LIFELINE_FD,
+    OPT_LIFELINE_DIR,
     OPT_HELP,
 };
 
@@ -183,6 +186,7 @@ static const struct option LONG_OPTS[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"payload", required_argument, NULL, OPT_PAYLOAD},
     {"lifeline-fd", required_argument, NULL, OPT_LIFELINE_FD},
+    {"lifeline-dir", required_argument, NULL, OPT_LIFELINE_DIR},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -307,6 +311,9 @@ static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
         if (fcntl(o->lifeline_fd, F_SETFD, FD_CLOEXEC) != 0)
             return usage_error("--lifeline-fd N: descriptor N is not open");
         return 0;
+    case OPT_LIFELINE_DIR:
+        o->lifeline_dir = v;
+        return 0;
     default: /* elastic jobs and horovodrun's host flags: launcher_elastic_opts.c */
         return elastic_opts_take(c, v, argc, argv, o);
     }
@@ -324,6 +331,8 @@ static int check(launch_opts *o) {
         return usage_error("give either --entry LIB.so:SYMBOL or -- COMMAND");
     if (o->entry_arg && !o->entry) return usage_error("--entry-arg goes with --entry");
     if (o->payload && !o->command) return usage_error("--payload goes with -- COMMAND");
+    if (o->lifeline_dir && o->lifeline_fd < 0)
+        return usage_error("--lifeline-dir goes with --lifeline-fd");
     if (o->serve && !o->env_file) return usage_error("serve needs --env-file FILE");
     if (o->serve && o->local_hosts) return usage_error("serve does not start local tasks");
     if (!o->serve && o->jobs != 1) return usage_error("--jobs goes with serve");

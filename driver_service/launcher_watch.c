@@ -109,7 +109,11 @@ static void check_lifeline(void) {
 }
 
 bool watch_orphaned(void) {
-    return __atomic_load_n(&w.orphaned, __ATOMIC_ACQUIRE) != 0;
+    if (__atomic_load_n(&w.orphaned, __ATOMIC_ACQUIRE)) return true;
+    if (w.lifeline_fd < 0) return false;
+    struct pollfd p = {.fd = w.lifeline_fd, .events = POLLIN};
+    char c;
+    return poll(&p, 1, 0) == 1 && read(w.lifeline_fd, &c, 1) == 0;
 }
 
 /* A task service lost while the job runs stops it: at once when its connection timed out

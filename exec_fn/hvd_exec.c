@@ -326,15 +326,19 @@ static bool is_job_ancestor(pid_t pid) {
     return false;
 }
 
-/* The name of our parent, the MPI daemon that started this rank (its /proc comm), or
- * "orted" when it cannot be read. */
-static void daemon_name(char *out, size_t cap) {
-    char path[64];
+/* The MPI daemon that started this rank (our parent's /proc comm: orted, prted,
+ * hydra_pmi_proxy), read at the start: by the time a signal comes it may be gone. */
+static char g_daemon[32] = "the MPI daemon";
+
+static void note_daemon(void) {
+    char path[64], name[sizeof g_daemon];
     snprintf(path, sizeof path, "/proc/%d/comm", (int)getppid());
     FILE *f = fopen(path, "r");
-    if (!f || !fgets(out, (int)cap, f) || !out[0] || out[0] == '\n') snprintf(out, cap, "orted");
+    if (f && fgets(name, sizeof name, f) && name[0] != '\n' && name[0]) {
+        name[strcspn(name, "\n")] = '\0';
+        snprintf(g_daemon, sizeof g_daemon, "%s", name);
+    }
     if (f) fclose(f);
-    out[strcspn(out, "\n")] = '\0';
 }
 
 /* A signal from orted or the task service above it (our ancestors) is the job ending: the rank
@@ -342,15 +346,13 @@ static void daemon_name(char *out, size_t cap) {
  * Says which in error; returns true for a stop. */
 static bool stop_or_kill(int sig, pid_t sender, char *error, size_t cap) {
     bool stop = sender > 0 && is_job_ancestor(sender);
-    char daemon[32]; /* our parent: orted, prted or hydra_pmi_proxy */
-    daemon_name(daemon, sizeof daemon);
     if (stop)
         snprintf(error, cap,
                  "stopped by %s from %s before the entry point finished (the job was ending)",
-                 signal_name(sig), sender == getppid() ? daemon : "its task service");
+                 signal_name(sig), sender == getppid() ? g_daemon : "its task service");
     else if (sender > 0)
-        snprintf(error, cap, "killed by %s from process %d (not the MPI daemon %s)",
-                 signal_name(sig), (int)sender, daemon);
+        snprintf(error, cap, "killed by %s from process %d (not %s, which started it)",
+                 signal_name(sig), (int)sender, g_daemon);
     else
         snprintf(error, cap, "killed by %s", signal_name(sig));
     return stop;
@@ -833,6 +835,7 @@ int main(int argc, char **argv) {
     pid_t parent = getppid();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) return 1;
+    note_daemon();
 
     rank_info ri = {0};
     hvd_code_msg code = {0};

@@ -2,9 +2,11 @@
 The job runs through ``hvd-driver run``: task services on this machine (the default), or on
 ssh hosts (``hosts="h1:2,h2:2"``), mpirun through ``hvd-rsh``, and each rank calling the
 function in a Python interpreter."""
+import fcntl
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,10 +75,10 @@ def _hostfile_hosts(path):
 
 def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_port,
                     ssh_identity_file, nics, mpi_args, verbose, executable, elastic=(),
-                    lifeline_fd=None):
+                    lifeline_fd=None, work_dir=None):
     cmd = [os.path.join(bin_dir(), "hvd-driver"), "run", "-np", str(np_)]
-    if lifeline_fd is not None:  # this process's death stops the job
-        cmd += ["--lifeline-fd", str(lifeline_fd)]
+    if lifeline_fd is not None:  # this process's end stops the job and removes work_dir
+        cmd += ["--lifeline-fd", str(lifeline_fd), "--lifeline-dir", work_dir]
     if hosts:
         cmd += ["--ssh-hosts", hosts]
         if ssh_port:
@@ -130,6 +132,49 @@ class _TerminateStopsJob:
         if kind is _Terminated:
             os.kill(os.getpid(), signal.SIGTERM)  # as the sender meant, once cleaned up
         return False
+
+
+class _Lifeline:
+    """A pipe for hvd-driver --lifeline-fd: only this process holds its write end, so the end
+    closes however the process ends (SIGKILL, the OOM killer, a notebook kernel restarted), and
+    hvd-driver then stops the job and removes its work directory (--lifeline-dir)."""
+
+    _write_ends = set()  # of the runs in progress: closed in a child forked meanwhile
+
+    def __init__(self):
+        r, w = os.pipe()
+        if r < 3:  # a process started with 0-2 closed: hvd-driver takes 3 and up
+            r2 = fcntl.fcntl(r, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(r)
+            r = r2
+        self.read_fd, self._w = r, w
+        _Lifeline._write_ends.add(w)
+
+    def close_read(self):
+        fd, self.read_fd = self.read_fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def close(self):
+        self.close_read()
+        fd, self._w = self._w, -1
+        if fd >= 0:
+            _Lifeline._write_ends.discard(fd)
+            os.close(fd)
+
+    @staticmethod
+    def _close_in_child():
+        """A child forked without exec (multiprocessing's fork) would keep the write ends
+        open, and hvd-driver would never see this process go."""
+        for fd in _Lifeline._write_ends:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _Lifeline._write_ends = set()
+
+
+os.register_at_fork(after_in_child=_Lifeline._close_in_child)
 
 
 def _wait(proc):
@@ -204,23 +249,23 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     start = _job.timeout_s(start_timeout, "HOROVOD_START_TIMEOUT", 120, "start_timeout")
     payload = _job.payload(func, args, kwargs)
     with _TerminateStopsJob():
-        # Files, not a directory: if this process is killed, hvd-driver (its lifeline cut)
-        # removes both, and nothing of the job is left.
-        fd, payload_file = tempfile.mkstemp(prefix="hvd-bridge-run-", suffix=".payload")
-        results_file = payload_file[:-len(".payload")] + ".results.json"
-        life_r, life_w = os.pipe()
-        out = _job.OutputForwarder(stdout)
-        err = _job.OutputForwarder(stderr)
+        work = life = out = err = None
         try:
+            work = tempfile.mkdtemp(prefix="hvd-bridge-run-")  # private (0700)
+            payload_file = os.path.join(work, "payload")
+            results_file = os.path.join(work, "results.json")
+            fd = os.open(payload_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with open(fd, "wb") as f:
                 f.write(payload)
+            life = _Lifeline()
+            out = _job.OutputForwarder(stdout)
+            err = _job.OutputForwarder(stderr)
             cmd = _driver_command(np_, hosts, payload_file, results_file, start, ssh_port,
                                   ssh_identity_file, nics, extra, verbose, executable,
-                                  elastic_flags, life_r)
+                                  elastic_flags, life.read_fd, work)
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out.fd, stderr=err.fd,
-                                    pass_fds=(life_r,))
-            os.close(life_r)
-            life_r = -1
+                                    pass_fds=(life.read_fd,))
+            life.close_read()
             out.close_writer()
             err.close_writer()
             status = _wait(proc)
@@ -234,13 +279,10 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
             return _job.values_or_raise(rows, mpirun_status, failure=failure,
                                         first_failed=first_failed)
         finally:
-            out.join(1)
-            err.join(1)
-            for f in (payload_file, results_file):
-                try:
-                    os.unlink(f)
-                except FileNotFoundError:
-                    pass
-            for f in (life_r, life_w):  # the write end last: hvd-driver has ended
-                if f >= 0:
-                    os.close(f)
+            for fwd in (out, err):
+                if fwd is not None:
+                    fwd.join(1)
+            if life is not None:
+                life.close()  # hvd-driver has ended (or, if not, is told to end the job)
+            if work is not None:
+                shutil.rmtree(work, ignore_errors=True)
