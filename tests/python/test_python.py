@@ -408,9 +408,10 @@ hvd_bridge.run(hang, args=(sys.argv[1],), np=2)
 """
 
 
-def test_terminated():
-    """SIGTERM to a program waiting in hvd_bridge.run: the job is stopped, its directory (the
-    pickled function) removed, and the program ends by SIGTERM."""
+def signal_waiting_caller(sig):
+    """Starts a program waiting in hvd_bridge.run (TERMINATED_SCRIPT) inside a Job, sends it
+    sig once its 2 ranks run, and returns how it ended (Job checks that nothing of the job is
+    left)."""
     import subprocess
     with Job() as job:
         d = os.path.join(job.tmp, "started")
@@ -421,13 +422,20 @@ def test_terminated():
             while len(os.listdir(d)) < 2 and time.time() < deadline and p.poll() is None:
                 time.sleep(0.1)
             check(len(os.listdir(d)) == 2, "the 2 ranks started: %s" % os.listdir(d))
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(sig)
             rc = p.wait(60)
         finally:
             if p.poll() is None:
                 p.kill()
                 p.wait()
         shutil.rmtree(d)
+    return rc
+
+
+def test_terminated():
+    """SIGTERM to a program waiting in hvd_bridge.run: the job is stopped, its directory (the
+    pickled function) removed, and the program ends by SIGTERM."""
+    rc = signal_waiting_caller(signal.SIGTERM)
     check(rc == -signal.SIGTERM, "the program ended by SIGTERM, not with %s" % rc)
 
 
@@ -436,20 +444,7 @@ def test_killed_caller():
     killer): hvd-driver, its lifeline cut, stops the job and removes the pickled function and
     the results file; Job checks that no process or file of the job is left. Before, the whole
     job ran on for good, and the files stayed."""
-    import subprocess
-    with Job() as job:
-        d = os.path.join(job.tmp, "started")
-        os.mkdir(d)
-        p = subprocess.Popen([sys.executable, "-c", TERMINATED_SCRIPT, d])
-        try:
-            deadline = time.time() + 60
-            while len(os.listdir(d)) < 2 and time.time() < deadline and p.poll() is None:
-                time.sleep(0.1)
-            check(len(os.listdir(d)) == 2, "the 2 ranks started: %s" % os.listdir(d))
-        finally:
-            p.kill()
-            rc = p.wait()
-        shutil.rmtree(d)
+    rc = signal_waiting_caller(signal.SIGKILL)
     check(rc == -signal.SIGKILL, "the program was killed: %s" % rc)
 
 
