@@ -268,6 +268,39 @@ static int no_candidates(const drv_registry *r, hvd_err *err) {
     return hvd_err_set(err, HVD_E_NOT_FOUND, "%s", msg);
 }
 
+/* The error when an interface named by --nics is missing on a task (it has no address
+ * there): Open MPI and NCCL would fail later with a message about that host alone. Subnets
+ * ("10.0.0.0/8", which Open MPI's if_include takes) are not checked. d->mu held. Returns -1
+ * with err, or 0 when every task has every name. */
+static int nics_missing(const drv_registry *r, char *const *nics, hvd_err *err) {
+    for (size_t n = 0; nics[n]; n++) {
+        if (strchr(nics[n], '/')) continue;
+        uint32_t lacking = 0, first = UINT32_MAX;
+        for (uint32_t k = 0; k < r->nact; k++) {
+            if (declares(&r->tasks[r->act[k]].info, nics[n])) continue;
+            if (lacking++ == 0) first = r->act[k];
+        }
+        if (lacking == 0) continue;
+        const hvd_task_info *t = &r->tasks[first].info;
+        char has[256] = "";
+        size_t shown = 0;
+        for (size_t x = 0; x < t->addrs.n && shown < LIST_NAMES_MAX; x++) {
+            const char *name = ((const hvd_addr *)t->addrs.v)[x].ifname;
+            bool seen = false;
+            for (size_t y = 0; y < x && !seen; y++)
+                seen = strcmp(((const hvd_addr *)t->addrs.v)[y].ifname, name) == 0;
+            if (name[0] && !seen) append(has, sizeof has, "%s%s", shown++ ? ", " : "", name);
+        }
+        return hvd_err_set(err, HVD_E_NOT_FOUND,
+                           "--nics names %s, which %u of %u tasks have no address on (task %u "
+                           "on host %s has: %s): name interfaces that every executor has, or "
+                           "leave --nics out to probe them",
+                           nics[n], lacking, r->nact, first, t->host_hash ? t->host_hash : "?",
+                           has[0] ? has : "none");
+    }
+    return 0;
+}
+
 /* The distinct interface names of one task's addresses, in its order. d->mu held. */
 static int own_interfaces(const drv_task *t, char ***out, hvd_err *err) {
     const hvd_addr *a = t->info.addrs.v;
@@ -418,6 +451,8 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
         no_candidates(r, err);
         probe = false; /* nothing to find: don't make the tasks probe */
     }
+    if (rc == 0 && d->nics && nics_missing(r, d->nics, err) != 0)
+        none = true; /* the tasks are told, then the round fails with err */
     if (rc == 0 && probe && drv_reg_plan(r, &st) != 0)
         rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     if (rc == 0 && tell_build(r, probe, infos, &tp) != 0)

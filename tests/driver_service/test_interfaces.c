@@ -542,13 +542,36 @@ static void test_undeclared_names_ignored(void) {
 
 static void test_user_nics(void) {
     job jb;
-    const char *const nics[] = {"ib0", "eth9", NULL};
+    /* A subnet (Open MPI's if_include takes one) is passed on unchecked. */
+    const char *const nics[] = {"eth0", "10.0.0.0/8", NULL};
     if (job_start(&jb, 4, all_both, nics)) {
         char got[128];
         hvd_err err;
         CHECK_MSG(run_round(&jb, 10000, got, sizeof got, &err) == 0, "%s", err.msg);
-        CHECK_MSG(strcmp(got, "ib0,eth9") == 0, "%s", got);
+        CHECK_MSG(strcmp(got, "eth0,10.0.0.0/8") == 0, "%s", got);
         /* Every task was told, without probing; nobody reported. */
+        check_told(&jb, 0);
+        usleep(100 * 1000);
+        CHECK(reports_sent(&jb) == 0);
+    }
+    job_stop(&jb);
+}
+
+/* A --nics name that the tasks have no address on fails the round at once, naming it and
+ * what a task has (mpirun would fail later on one host, saying only that host's part). */
+static void test_user_nics_missing(void) {
+    job jb;
+    const char *const nics[] = {"lo", "eth9", NULL};
+    if (job_start(&jb, 4, all_both, nics)) {
+        char got[128];
+        hvd_err err;
+        CHECK(run_round(&jb, 10000, got, sizeof got, &err) == -1);
+        fprintf(stderr, "  error: %s\n", err.msg);
+        CHECK(err.code == HVD_E_NOT_FOUND);
+        CHECK_MSG(strstr(err.msg, "--nics names eth9, which 4 of 4 tasks have no address on "
+                                  "(task 0 on host host0 has: lo, eth0)"),
+                  "%s", err.msg);
+        /* Every task was still told (none waits for a round that failed), nobody probed. */
         check_told(&jb, 0);
         usleep(100 * 1000);
         CHECK(reports_sent(&jb) == 0);
@@ -612,6 +635,7 @@ int main(void) {
     RUN(test_no_common_name);
     RUN(test_undeclared_names_ignored);
     RUN(test_user_nics);
+    RUN(test_user_nics_missing);
     RUN(test_one_task);
     RUN(test_one_host);
     RUN(test_sixteen_tasks);
