@@ -195,22 +195,46 @@ static void hosts_not_in(const char *x, const char *y, char *out, size_t cap) {
     hvd_strv_free(yv);
 }
 
+/* Hosts of "a:1,b:2" list x that are in list y with another slot count, as "a 2 -> 1" into
+ * out ("" if none): one of two executors of a machine lost leaves its host with fewer slots. */
+static void hosts_resized(const char *x, const char *y, char *out, size_t cap) {
+    out[0] = '\0';
+    char **xv = hvd_strv_split(x ? x : "", ','), **yv = hvd_strv_split(y ? y : "", ',');
+    for (size_t i = 0; xv && xv[i]; i++) {
+        size_t len = strcspn(xv[i], ":");
+        for (size_t j = 0; yv && yv[j]; j++) {
+            if (strncmp(xv[i], yv[j], len) != 0 || yv[j][len] != ':') continue;
+            const char *was = xv[i][len] ? xv[i] + len + 1 : "", *now = yv[j] + len + 1;
+            size_t used = strlen(out);
+            if (strcmp(was, now) != 0 && used + len + strlen(was) + strlen(now) + 7 < cap)
+                snprintf(out + used, cap - used, "%s%.*s %s -> %s", used ? ", " : "", (int)len,
+                         xv[i], was, now);
+            break;
+        }
+    }
+    hvd_strv_free(xv);
+    hvd_strv_free(yv);
+}
+
 /* The reset line (or the first launch's): who left and came, why, the size, the commit. */
 static void say_launch(el_run *r, const char *hosts) {
     if (r->epoch == 1) {
         progress(r, "elastic job: %zu ranks on %s", r->plan.n, hosts);
         return;
     }
-    char left[512], came[512], commit[96];
+    char left[512], came[512], resized[512], commit[96];
     hosts_not_in(r->plan_hosts, hosts, left, sizeof left);
     hosts_not_in(hosts, r->plan_hosts, came, sizeof came);
+    hosts_resized(r->plan_hosts, hosts, resized, sizeof resized);
     if (r->commit)
         snprintf(commit, sizeof commit, "resuming from commit %llu (held by %zu task%s)",
                  (unsigned long long)r->commit, r->holders, r->holders == 1 ? "" : "s");
     else
         snprintf(commit, sizeof commit, "no commit yet: starting from the beginning");
-    progress(r, "reset %d: %s; hosts left: %s; came: %s; now %zu ranks on %s; %s", r->resets,
-             r->why, left[0] ? left : "none", came[0] ? came : "none", r->plan.n, hosts, commit);
+    progress(r, "reset %d: %s; hosts left: %s; came: %s; %s%s%snow %zu ranks on %s; %s", r->resets,
+             r->why, left[0] ? left : "none", came[0] ? came : "none",
+             resized[0] ? "slots changed: " : "", resized, resized[0] ? "; " : "", r->plan.n, hosts,
+             commit);
 }
 
 /* mpirun's extra arguments for this launch: the user's, and the epoch for the ranks. */

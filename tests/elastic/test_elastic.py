@@ -183,6 +183,28 @@ def test_kill_host():
             job.close()
 
 
+def test_kill_one_task_of_host():
+    """SIGKILL one of the two task services of a fake host: the host stays with one slot, and
+    the reset line says so (it said only "hosts left: none; came: none")."""
+    with tempfile.TemporaryDirectory() as d:
+        job = Job(d, ["-np", "4", "--min-np", "2", "--max-np", "4", "--local", "2"],
+                  sgd_arg(os.path.join(d, "train.log")))
+        try:
+            job.wait_commit(2, "the first launch committing")
+            victims = job.task_pids({3})
+            check(len(victims) == 1, "task 3's service: %s" % victims)
+            hvdtest.kill(victims)
+            rc, err = job.finish()
+            check(rc == 0, "the job failed after losing a task (%d):\n%s" % (rc, err[-4000:]))
+            resets = hvdtest.reset_lines(err)
+            check(len(resets) == 1 and "hosts left: none; came: none; slots changed: " in resets[0]
+                  and re.search(r"slots changed: \S+ 2 -> 1; now 3 ranks", resets[0]),
+                  "one reset naming the host that lost a slot: %s\n%s" % (resets, err[-3000:]))
+            check([s[1] for s in job.starts()] == [4, 3], "sizes: %s" % job.starts())
+        finally:
+            job.close()
+
+
 def test_grow():
     """A discovery script that adds a host mid-run: the job grows to it at the next commit
     (the ranks end with status 75, the driver relaunches over both hosts) and ends with the
