@@ -114,6 +114,37 @@ oom:
     return NULL;
 }
 
+/* Whether entry is one of the variables Open MPI 4's singleton MPI_Init sets (seen with
+ * Open MPI 4.1.4: ess, orte_launch, orte_ess_num_procs, orte_precondition_transports, pmix,
+ * the app context's size, the schizo marker, and PMIx's client variables). */
+static bool singleton_var(const char *entry) {
+    static const char *const names[] = {"OMPI_MCA_ess",
+                                        "OMPI_MCA_orte_launch",
+                                        "OMPI_MCA_orte_ess_num_procs",
+                                        "OMPI_MCA_orte_precondition_transports",
+                                        "OMPI_MCA_pmix",
+                                        "OMPI_APP_CTX_NUM_PROCS",
+                                        "ORTE_SCHIZO_DETECTION",
+                                        NULL};
+    for (size_t i = 0; names[i]; i++)
+        if (entry_is(entry, names[i], strlen(names[i]))) return true;
+    return strncmp(entry, "PMIX_", 5) == 0 && strncmp(entry, "PMIX_MCA_", 9) != 0;
+}
+
+char **hvd_env_without_mpi_singleton(char *const *env) {
+    size_t n = 0;
+    bool singleton = false;
+    for (; env && env[n]; n++)
+        singleton |= strcmp(env[n], "OMPI_MCA_ess=singleton") == 0;
+    char **out = malloc((n + 1) * sizeof *out);
+    if (!out) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!singleton || !singleton_var(env[i])) out[k++] = env[i];
+    out[k] = NULL;
+    return out;
+}
+
 void hvd_env_free(char **envp) {
     free(envp);
 }

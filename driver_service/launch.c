@@ -599,7 +599,7 @@ char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, const hvd_launch_
     size_t total = nparts + nextra + njob;
     hvd_env_change *ch = calloc(total + 2, sizeof *ch);
     char **names = calloc(total + 1, sizeof *names);
-    char **envp = NULL;
+    char **envp = NULL, **base = NULL;
     if (!ch || !names) {
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
         goto out;
@@ -622,8 +622,16 @@ char **mpirun_env(hvd_driver *d, const hvd_launch_config *cfg, const hvd_launch_
     }
     ch[total] = (hvd_env_change){"TMPDIR", tmpdir};
     extern char **environ;
-    envp = hvd_env_build(environ, ch, total + 1, err);
+    /* A caller that called MPI_Init itself (hvd.init() in the Spark driver) must not hand
+     * its singleton's variables to mpirun, which would end at once. */
+    base = hvd_env_without_mpi_singleton(environ);
+    if (!base) {
+        hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
+        goto out;
+    }
+    envp = hvd_env_build(base, ch, total + 1, err);
 out:
+    free(base);
     hvd_strv_free(names);
     free(ch);
     for (size_t i = 0; job[i]; i++) /* the secret: wipe before freeing */

@@ -20,6 +20,7 @@
 #include "hvd/net.h"
 #include "launcher.h"
 
+extern char **environ;
 /* A host hash for fake host k of this job: never resolvable, never containing '.' or ':'. */
 static void fake_host_hash(char *out, size_t cap, int k) {
     char host[64] = "host";
@@ -69,9 +70,9 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
     size_t nj = hvd_strv_len((const char *const *)job_env);
     hvd_env_change *ch = calloc(nj + 3, sizeof *ch);
     char **names = calloc(nj + 1, sizeof *names);
-    char **envp = NULL;
+    char **envp = NULL, **base = hvd_env_without_mpi_singleton(environ);
     hvd_proc *p = NULL;
-    if (!argv || !ch || !names) {
+    if (!argv || !ch || !names || !base) {
         hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
         goto out;
     }
@@ -83,8 +84,8 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
     ch[nj] = (hvd_env_change){HVD_HOST_HASH_ENV, host_hash};
     ch[nj + 1] = (hvd_env_change){"TMPDIR", tmp};
     ch[nj + 2] = (hvd_env_change){"OMPI_MCA_rtc_hwloc_vmhole", "none"};
-    extern char **environ;
-    if (!(envp = hvd_env_build(environ, ch, nj + 3, err))) goto out;
+    /* Their orted and ranks must not see a singleton MPI_Init of this process's caller. */
+    if (!(envp = hvd_env_build(base, ch, nj + 3, err))) goto out;
     hvd_proc_spec spec = {.argv = argv,
                           .envp = envp,
                           .cwd = NULL, /* the caller's: its ranks run there, as horovodrun's */
@@ -97,6 +98,7 @@ static hvd_proc *start_task(const launch_opts *o, const char *task_bin, int inde
     p = hvd_proc_start(&spec, err);
 out:
     hvd_env_free(envp);
+    free(base);
     hvd_strv_free(names);
     free(ch);
     hvd_strv_free(argv);

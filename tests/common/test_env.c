@@ -3,6 +3,7 @@
 #include "testutil.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Whether envp is exactly the given entries, in order (the list ends with NULL). */
@@ -28,6 +29,30 @@ static void dump(char **envp) {
         CHECK(ok_);                                                                                \
         if (!ok_) dump(envp);                                                                      \
     } while (0)
+
+/* What Open MPI's singleton MPI_Init leaves goes only when its marker is there; a user's
+ * PMIX_MCA_* and other OMPI_MCA_* stay. */
+static void test_without_mpi_singleton(void) {
+    char *singleton[] = {"A=1",
+                         "OMPI_MCA_ess=singleton",
+                         "OMPI_MCA_btl_tcp_if_include=eth0",
+                         "PMIX_SERVER_URI4=1.0;tcp4://127.0.0.1:5",
+                         "PMIX_MCA_gds=hash",
+                         "OMPI_MCA_orte_launch=1",
+                         "OMPI_APP_CTX_NUM_PROCS=1",
+                         "B",
+                         NULL};
+    char **env = hvd_env_without_mpi_singleton(singleton);
+    CHECK_ENV(env, "A=1", "OMPI_MCA_btl_tcp_if_include=eth0", "PMIX_MCA_gds=hash", "B");
+    free(env);
+    char *plain[] = {"OMPI_MCA_ess=env", "PMIX_RANK=0", "OMPI_MCA_orte_launch=1", NULL};
+    env = hvd_env_without_mpi_singleton(plain);
+    CHECK_ENV(env, "OMPI_MCA_ess=env", "PMIX_RANK=0", "OMPI_MCA_orte_launch=1");
+    free(env);
+    env = hvd_env_without_mpi_singleton(NULL);
+    CHECK(env && env[0] == NULL);
+    free(env);
+}
 
 static void test_set_unset(void) {
     char *base[] = {"A=1", "B=2", "C=3", NULL};
@@ -108,6 +133,7 @@ static void test_invalid_names(void) {
 
 int main(void) {
     RUN(test_set_unset);
+    RUN(test_without_mpi_singleton);
     RUN(test_order);
     RUN(test_duplicates_and_odd_entries);
     RUN(test_empty_inputs);

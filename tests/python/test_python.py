@@ -16,6 +16,7 @@ Cases:
   big_result   a return value over the limit of a rank's result fails with a message that says
                what to do
   cwd          the ranks run in the caller's working directory and import its modules
+  init_in_caller  a caller that called hvd.init() itself (a notebook) still runs jobs
   terminated   SIGTERM to a program in hvd_bridge.run stops the job, removes its files and ends
                the program by SIGTERM
   bad_args     wrong arguments give clear errors before anything starts
@@ -394,6 +395,28 @@ def test_cwd():
             os.chdir(here)
         shutil.rmtree(d)
     check(out == [(d, "relative")] * 2, "each rank in %s, reading data.txt: %r" % (d, out))
+
+
+INIT_IN_CALLER_SCRIPT = r"""
+import hvd_bridge
+from hvd_bridge import _runtime
+_runtime.init()  # what hvd.init() does in a notebook: a singleton MPI_Init in the caller
+print(hvd_bridge.run(lambda: 7, np=2))
+_runtime.shutdown()
+"""
+
+
+def test_init_in_caller():
+    """A caller that initialised the runtime itself (hvd.init() in a notebook, then a job): its
+    singleton MPI_Init put OMPI_MCA_ess=singleton in its environment, and mpirun ended at once
+    ("mpirun exited with status 1 before the ranks ran", with no message from mpirun)."""
+    import subprocess
+    with Job():
+        p = subprocess.run([sys.executable, "-c", INIT_IN_CALLER_SCRIPT], capture_output=True,
+                           text=True, timeout=120)
+    check(p.returncode == 0 and p.stdout.strip() == "[7, 7]",
+          "the job ran from a caller with the runtime up (rc %d): %s\n%s"
+          % (p.returncode, p.stdout, p.stderr[-3000:]))
 
 
 TERMINATED_SCRIPT = r"""

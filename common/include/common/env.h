@@ -23,6 +23,14 @@ typedef struct hvd_env_change {
 char **hvd_env_build(char *const *base, const hvd_env_change *changes, size_t n_changes,
                      hvd_err *err);
 
+/* env (NULL-terminated "NAME=VALUE" strings) without what Open MPI's singleton MPI_Init put
+ * there, when it did: a process that called MPI_Init without mpirun (hvd.init() in a notebook
+ * or a driver program) has OMPI_MCA_ess=singleton, with which a child mpirun ends at once,
+ * and PMIX_* pointing at the singleton's PMIx server. Without that marker env is copied as it
+ * is; PMIX_MCA_* (a user's settings) are always kept. Returns a new NULL-terminated array of
+ * env's own strings (free the array alone, with free), or NULL when out of memory. */
+char **hvd_env_without_mpi_singleton(char *const *env);
+
 /* Frees an environment from hvd_env_build. NULL is ignored. */
 void hvd_env_free(char **envp);
 
