@@ -79,8 +79,8 @@ def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_p
     cmd = [os.path.join(bin_dir(), "hvd-driver"), "run", "-np", str(np_)]
     if lifeline_fd is not None:  # this process's end stops the job and removes work_dir
         cmd += ["--lifeline-fd", str(lifeline_fd), "--lifeline-dir", work_dir]
-    if hosts:
-        cmd += ["--ssh-hosts", hosts]
+    if hosts:  # horovodrun's -H: this machine alone ("localhost:2") runs without ssh
+        cmd += ["-H", hosts]
         if ssh_port:
             cmd += ["--ssh-port", str(ssh_port)]
         if ssh_identity_file:
@@ -208,7 +208,8 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     traceback) when a rank fails.
 
     np (or num_proc): number of ranks (default 1, or the slots of ``hosts``).
-    hosts: "host1:2,host2:2" ssh hosts and slots (default: this machine); hostfile: Horovod's
+    hosts: "host1:2,host2:2" ssh hosts and slots (default: this machine; "localhost:2" alone
+    runs here without ssh, as horovodrun's -H); hostfile: Horovod's
     "<host> slots=<n>" file instead. ssh_port, ssh_identity_file: for the ssh hosts.
     start_timeout: seconds for the tasks to start (default $HOROVOD_START_TIMEOUT, else 120).
     mpi_args: extra mpirun arguments (a string or a list); env: variables for the ranks;

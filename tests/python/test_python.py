@@ -16,6 +16,7 @@ Cases:
   big_result   a return value over the limit of a rank's result fails with a message that says
                what to do
   cwd          the ranks run in the caller's working directory and import its modules
+  localhost    hosts="localhost:2" (or such a hostfile) runs here without ssh
   init_in_caller  a caller that called hvd.init() itself (a notebook) still runs jobs
   terminated   SIGTERM to a program in hvd_bridge.run stops the job, removes its files and ends
                the program by SIGTERM
@@ -395,6 +396,23 @@ def test_cwd():
             os.chdir(here)
         shutil.rmtree(d)
     check(out == [(d, "relative")] * 2, "each rank in %s, reading data.txt: %r" % (d, out))
+
+
+def test_localhost():
+    """hosts="localhost:2" and a hostfile naming localhost, as Horovod's local examples give
+    them: local task services, no ssh (there is no sshd on port 22 here: it tried ssh and
+    failed with "connection refused")."""
+    import hvd_bridge
+    with Job() as job:
+        hostfile = os.path.join(job.tmp, "hostfile")
+        with open(hostfile, "w") as f:
+            f.write("# Horovod's format\nlocalhost slots=2\n")
+        by_hosts = hvd_bridge.run(rank_info, args=(1,), hosts="localhost:2")
+        by_file = hvd_bridge.run(rank_info, args=(1,), hostfile=hostfile)
+        os.unlink(hostfile)
+    for out in (by_hosts, by_file):
+        check([r["value"] for r in out] == [0, 1] and all(r["size"] == 2 for r in out),
+              "2 ranks on this machine: %r" % out)
 
 
 INIT_IN_CALLER_SCRIPT = r"""
