@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A Horovod training script, unchanged but for its import line: an MLP on scikit-learn's
-bundled digits (no download), data-parallel over the ranks.
+bundled digits (no download), data-parallel over the ranks. Needs torch and scikit-learn
+(`pip install torch scikit-learn`) in the ranks' interpreter.
 
     # with hvd-bridge (one line differs from the Horovod script):
     hvd-driver run -np 2 --local 1 -- python examples/python/train_digits.py

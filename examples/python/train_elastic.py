@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An elastic Horovod training script (horovod.torch.elastic's API): an MLP on scikit-learn's
 bundled digits, data-parallel over however many ranks there are, resumed from its last commit
-after every reset.
+after every reset. Needs torch and scikit-learn (`pip install torch scikit-learn`).
 
     hvd-driver run -np 4 --min-np 2 --max-np 4 --local 2 -- python examples/python/train_elastic.py
     # the same script with Horovod (with `import horovod.torch as hvd`):

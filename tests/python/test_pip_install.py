@@ -2,7 +2,8 @@
 """`pip install .` into a fresh virtual environment, then a job (label python): the package
 built from the repository by scikit-build-core carries the extension, hvd-driver, hvd-task,
 hvd-rsh and hvd-exec and the shared libraries, and hvd_bridge.run works from it with nothing
-else on the path (no PYTHONPATH, no build tree). When this interpreter has torch, the installed
+else on the path (no PYTHONPATH, no build tree); hvd-driver and hvd-task are on the
+environment's PATH. When this interpreter has torch, the installed
 hvd_bridge.torch runs an allreduce on 2 ranks too (torch taken from this interpreter's
 site-packages, appended after the installed package: the fresh venv does not download it).
 
@@ -83,6 +84,16 @@ def test_pip_install():
                   "hvd_bridge.torch from the installed package:\n%s\n%s" % (out, err[-4000:]))
         else:
             print("torch is not here: the installed hvd_bridge.torch was not run")
+        # The programs on the environment's PATH, as the docs use them (pip's console scripts).
+        path_env = dict(env, PATH=os.path.join(venv, "bin") + os.pathsep + env.get("PATH", ""))
+        rc, out, err, _ = hvdtest.run(["hvd-driver", "run", "-np", "2", "--local", "1", "--",
+                                       "sh", "-c", "echo rank $OMPI_COMM_WORLD_RANK"],
+                                      env=path_env, cwd=work, timeout=120)
+        check(rc == 0 and "rank 0" in out and "rank 1" in out,
+              "hvd-driver from the venv's PATH: status %d\n%s\n%s" % (rc, out, err[-3000:]))
+        rc, out, err, _ = hvdtest.run(["hvd-task", "--help"], env=path_env, timeout=30)
+        check(rc == 0 and "hvd-task" in out, "hvd-task --help from the venv's PATH: %d %s %s"
+              % (rc, out, err))
         hvdtest.assert_no_leftovers(mark, 15)
     finally:
         shutil.rmtree(work, ignore_errors=True)
