@@ -200,18 +200,12 @@ int hvd_alltoall_async(const char *name, const void *sendbuf, int64_t first_dim,
             if (splits[r] < 0 || splits[r] > first_dim - sum) {
                 free(sp);
                 return hvd_err_set(err, HVD_E_INVALID,
-                                   "alltoall of '%s': splits must be >= 0 and sum to the first "
-                                   "dimension %lld",
+                                   "alltoall of '%s': splits must be >= 0 and sum to at most the "
+                                   "first dimension %lld",
                                    n, (long long)first_dim);
             }
-            sum += splits[r];
+            sum += splits[r]; /* less than first_dim: the rows after them are not sent */
             sp[r] = splits[r];
-        }
-        if (sum != first_dim) {
-            free(sp);
-            return hvd_err_set(err, HVD_E_INVALID,
-                               "alltoall of '%s': splits sum to %lld, not the first dimension %lld",
-                               n, (long long)sum, (long long)first_dim);
         }
     } else {
         if (first_dim % size != 0) {

@@ -159,8 +159,9 @@ int hvd_broadcast_async(const char *name, void *buf, int64_t count, hvd_dtype dt
                         int device, hvd_handle *handle, hvd_err *err);
 
 /* Sends splits[r] rows (of row_elems elements) of sendbuf to rank r, in rank order; splits
- * has hvd_size() entries summing to first_dim, or is NULL for an even split (first_dim must
- * then divide by the size). out receives the rows from every rank, in rank order. */
+ * has hvd_size() entries summing to at most first_dim (as Horovod's: the rows after them are
+ * not sent), or is NULL for an even split (first_dim must then divide by the size). out
+ * receives the rows from every rank, in rank order. */
 int hvd_alltoall_async(const char *name, const void *sendbuf, int64_t first_dim, int64_t row_elems,
                        const int64_t *splits, hvd_dtype dtype, int device, hvd_output *out,
                        hvd_handle *handle, hvd_err *err);

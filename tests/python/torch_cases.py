@@ -50,6 +50,17 @@ def collectives(device="cpu"):
             except TypeError as e:
                 if text not in str(e):
                     bad.append("rank %d: %s: %s" % (r, what, e))
+    # A 0-dim tensor cannot be gathered: the reason, not an IndexError from autograd's forward.
+    for call in (lambda: hvd.allgather(torch.tensor(1.0)),
+                 lambda: hvd.grouped_allgather([torch.tensor(1.0)])):
+        try:
+            call()
+            bad.append("rank %d: a 0-dim allgather was taken" % r)
+        except ValueError as e:
+            if "no dimension" not in str(e):
+                bad.append("rank %d: 0-dim allgather: %s" % (r, e))
+        except Exception as e:
+            bad.append("rank %d: 0-dim allgather raised %s: %s" % (r, type(e).__name__, e))
 
     def expect(what, got, want):
         if not torch.equal(got.cpu(), want.cpu()):
@@ -122,11 +133,33 @@ def collectives(device="cpu"):
                       for k in range(n)])
     expect("alltoall uneven", got, want)
     expect("alltoall received splits", received, torch.tensor([r + 1] * n, dtype=torch.int32))
+    # splits summing to less than the first dimension send the leading rows (as Horovod's);
+    # the rows not sent get a zero gradient
+    src = (torch.arange(n + 2, dtype=torch.float32) + 10 * r).requires_grad_()
+    got, received = hvd.alltoall(src, splits=[1] * n, name="tshort")
+    expect("alltoall short splits", got.detach(), torch.tensor([10.0 * k + r for k in range(n)]))
+    got.sum().backward()
+    expect("alltoall short splits gradient", src.grad, torch.tensor([1.0] * n + [0.0, 0.0]))
     # scaling: (x * 2 summed) * 0.5 = the sum
     x = torch.ones(4) * (r + 1)
     expect("prescale/postscale", hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0,
                                                postscale_factor=0.5, name="scale"),
            torch.ones(4) * sum(k + 1 for k in range(n)))
+    # an integer tensor scaled keeps its dtype, its values truncated toward zero, the same in
+    # reducescatter (scaled in Python) as in allreduce (scaled by the runtime)
+    ints = torch.tensor([[3], [5]] * n, dtype=torch.int32)
+    pre = torch.tensor([[7 * n], [12 * n]], dtype=torch.int32)  # trunc(3 * 2.5), trunc(5 * 2.5)
+    post = torch.tensor([[int(1.5 * n)], [int(2.5 * n)]], dtype=torch.int32)
+    for what, kw, want in (("prescale", dict(prescale_factor=2.5), pre),
+                           ("postscale", dict(postscale_factor=0.5), post)):
+        ar = hvd.allreduce(ints, op=hvd.Sum, name="ia." + what, **kw)
+        rs = hvd.reducescatter(ints, op=hvd.Sum, name="irs." + what, **kw)
+        if ar.dtype != torch.int32 or rs.dtype != torch.int32:
+            bad.append("rank %d int32 %s: allreduce gave %s, reducescatter %s"
+                       % (r, what, ar.dtype, rs.dtype))
+        else:
+            expect("int32 allreduce %s" % what, ar[2 * r:2 * r + 2], want)
+            expect("int32 reducescatter %s" % what, rs, want)
     # non-contiguous input, in place
     nc = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
     want = nc * n

@@ -132,7 +132,7 @@ static void test_local_argument_errors(void) {
           -1);
     CHECK(hvd_broadcast_async("x", a, 4, HVD_FLOAT32, size_, -1, &h, &err) == -1 &&
           strstr(err.msg, "root"));
-    int64_t splits[3] = {1, 1, 1};
+    int64_t splits[3] = {5, 5, 5}; /* more than the 4 rows */
     hvd_output out;
     CHECK(hvd_alltoall_async("x", a, 4, 1, splits, HVD_FLOAT32, -1, &out, &h, &err) == -1 &&
           strstr(err.msg, "splits"));

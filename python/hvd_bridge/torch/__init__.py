@@ -61,8 +61,9 @@ class _GroupedAllreduce(torch.autograd.Function):
 class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
+        out = synchronize(allgather_async(tensor, name=name))  # a 0-dim tensor: its ValueError
         ctx.dim0 = tensor.shape[0]
-        return synchronize(allgather_async(tensor, name=name))
+        return out
 
     @staticmethod
     def backward(ctx, grad):
@@ -76,8 +77,9 @@ class _Allgather(torch.autograd.Function):
 class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, *tensors):
+        out = tuple(synchronize(grouped_allgather_async(list(tensors), name=name)))
         ctx.dims = [t.shape[0] for t in tensors]
-        return tuple(synchronize(grouped_allgather_async(list(tensors), name=name)))
+        return out
 
     @staticmethod
     def backward(ctx, *grads):
@@ -108,12 +110,17 @@ class _Alltoall(torch.autograd.Function):
     def forward(ctx, tensor, splits, name):
         out, received = synchronize(alltoall_async(tensor, splits=splits, name=name))
         ctx.received = received
+        ctx.rows = tensor.shape[0] if tensor.dim() else 0
         ctx.mark_non_differentiable(received)
         return out, received
 
     @staticmethod
     def backward(ctx, grad, _):
-        return alltoall(grad, splits=ctx.received)[0], None, None
+        back = alltoall(grad, splits=ctx.received)[0]
+        if back.shape[0] < ctx.rows:  # splits summed to less: the rows not sent get zeros
+            back = torch.cat([back, back.new_zeros((ctx.rows - back.shape[0],) +
+                                                   tuple(back.shape[1:]))])
+        return back, None, None
 
 
 class _Reducescatter(torch.autograd.Function):

@@ -101,7 +101,8 @@ def _shutdown_at_exit(pid):
 
 
 def shutdown():
-    """Stops the runtime on every rank; init() may be called again afterwards."""
+    """Stops the runtime on every rank. As with Horovod over MPI, init() cannot start it
+    again in this process (MPI cannot be initialised twice)."""
     _rt.shutdown()
     _handles.clear()
 
@@ -529,12 +530,21 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 # ---- reducescatter ----------------------------------------------------------------------------
 
+def _scaled(t, factor):
+    """t * factor in t's dtype, as the runtime scales an allreduce: an integer tensor's values
+    truncated toward zero and held to the dtype's range (t * 2.5 would be a float tensor)."""
+    if t.is_floating_point():
+        return t * factor
+    info = torch.iinfo(t.dtype)
+    return torch.trunc(t.double() * factor).clamp_(info.min, info.max).to(t.dtype)
+
+
 def _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor):
     if op not in (Sum, Average):
         raise HorovodInternalError("Reducescatter currently only supports AVERAGE and SUM.")
     t = _contiguous(tensor)
     if prescale_factor != 1.0:
-        t = t * prescale_factor
+        t = _scaled(t, prescale_factor)
     first, row = _rows(t)
     mine = _rt.reducescatter_rows(first, _collective_topology(_rt.rank),
                                   _collective_topology(_rt.size))
@@ -544,7 +554,7 @@ def _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor):
 
     def finish():
         if postscale_factor != 1.0:
-            out.mul_(postscale_factor)
+            out.copy_(_scaled(out, postscale_factor))
         return out
     return h, t, out, finish
 
