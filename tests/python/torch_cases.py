@@ -184,6 +184,14 @@ def collectives(device="cpu"):
         bad.append("broadcast_object")
     if hvd.allgather_object(r * r) != [k * k for k in range(n)]:
         bad.append("allgather_object")
+    # The idiom of an object on the root and None elsewhere, objects of different types: the
+    # same call on every rank (named after type(obj), as in Horovod, they waited for ever)
+    got = hvd.broadcast_object({"cfg": 1} if r == 0 else None)
+    if got != {"cfg": 1}:
+        bad.append("broadcast_object with None on the other ranks: %r" % (got,))
+    got = hvd.allgather_object(r if r % 2 else str(r))
+    if got != [k if k % 2 else str(k) for k in range(n)]:
+        bad.append("allgather_object of different types: %r" % (got,))
     hvd.barrier()
     last = hvd.join()
     if not 0 <= last < n:

@@ -92,9 +92,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Root's object (pickled with cloudpickle), returned on every rank."""
+    """Root's object (pickled with cloudpickle), returned on every rank. The other ranks' obj
+    is not used: None will do. Without a name the call is named "broadcast_object" on every
+    rank (Horovod names it after type(obj), so a dict on the root and None elsewhere waited
+    for ever on two different names)."""
     mpi_ops._check_process_set(process_set)
-    name = mpi_ops._check_name(name) or type(obj).__name__
+    name = mpi_ops._check_name(name) or "broadcast_object"
     if rank() == root_rank:
         buf = io.BytesIO()
         cloudpickle.dump(obj, buf)
@@ -113,9 +116,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Every rank's object, as a list in rank order."""
+    """Every rank's object, as a list in rank order (objects of different types too: without
+    a name the call is "allgather_object" on every rank, not named after type(obj))."""
     mpi_ops._check_process_set(process_set)
-    name = mpi_ops._check_name(name) or type(obj).__name__
+    name = mpi_ops._check_name(name) or "allgather_object"
     payload = cloudpickle.dumps(obj)
     data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else \
         torch.empty(0, dtype=torch.uint8)
