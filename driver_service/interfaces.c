@@ -268,16 +268,21 @@ static int no_candidates(const drv_registry *r, hvd_err *err) {
     return hvd_err_set(err, HVD_E_NOT_FOUND, "%s", msg);
 }
 
-/* The error when an interface named by --nics is missing on a task (it has no address
- * there): Open MPI and NCCL would fail later with a message about that host alone. Subnets
- * ("10.0.0.0/8", which Open MPI's if_include takes) are not checked. d->mu held. Returns -1
- * with err, or 0 when every task has every name. */
-static int nics_missing(const drv_registry *r, char *const *nics, hvd_err *err) {
+/* The warning (into msg, "" if none) when an interface named by --nics is one that tasks
+ * declared no address on: where it does not exist, mpirun ends with a message about one
+ * host and the job with "mpirun exited with status 1". Only a warning: a task bound to one
+ * address (--bind) or given its own --nics declares only those, and the name may still be
+ * there. Alias labels ("eth0:1") are compared by their device, subnets ("10.0.0.0/8", which
+ * Open MPI's if_include takes) not at all. d->mu held. */
+static void nics_missing(const drv_registry *r, char *const *nics, char *msg, size_t cap) {
+    msg[0] = '\0';
     for (size_t n = 0; nics[n]; n++) {
         if (strchr(nics[n], '/')) continue;
+        char dev[HVD_IFNAME_MAX];
+        snprintf(dev, sizeof dev, "%.*s", (int)strcspn(nics[n], ":"), nics[n]);
         uint32_t lacking = 0, first = UINT32_MAX;
         for (uint32_t k = 0; k < r->nact; k++) {
-            if (declares(&r->tasks[r->act[k]].info, nics[n])) continue;
+            if (declares(&r->tasks[r->act[k]].info, dev)) continue;
             if (lacking++ == 0) first = r->act[k];
         }
         if (lacking == 0) continue;
@@ -291,14 +296,14 @@ static int nics_missing(const drv_registry *r, char *const *nics, hvd_err *err) 
                 seen = strcmp(((const hvd_addr *)t->addrs.v)[y].ifname, name) == 0;
             if (name[0] && !seen) append(has, sizeof has, "%s%s", shown++ ? ", " : "", name);
         }
-        return hvd_err_set(err, HVD_E_NOT_FOUND,
-                           "--nics names %s, which %u of %u tasks have no address on (task %u "
-                           "on host %s has: %s): name interfaces that every executor has, or "
-                           "leave --nics out to probe them",
-                           nics[n], lacking, r->nact, first, t->host_hash ? t->host_hash : "?",
-                           has[0] ? has : "none");
+        snprintf(msg, cap,
+                 "warning: --nics names %s, on which %u of %u tasks declared no address (task "
+                 "%u on host %s declared: %s); if a host lacks it, mpirun fails: name "
+                 "interfaces that every executor has, or leave --nics out to probe them",
+                 nics[n], lacking, r->nact, first, t->host_hash ? t->host_hash : "?",
+                 has[0] ? has : "none");
+        return;
     }
-    return 0;
 }
 
 /* The distinct interface names of one task's addresses, in its order. d->mu held. */
@@ -451,14 +456,15 @@ int hvd_driver_common_interfaces(hvd_driver *d, int timeout_ms, char ***ifaces, 
         no_candidates(r, err);
         probe = false; /* nothing to find: don't make the tasks probe */
     }
-    if (rc == 0 && d->nics && nics_missing(r, d->nics, err) != 0)
-        none = true; /* the tasks are told, then the round fails with err */
+    char nics_warning[HVD_ERR_MAX] = "";
+    if (rc == 0 && d->nics) nics_missing(r, d->nics, nics_warning, sizeof nics_warning);
     if (rc == 0 && probe && drv_reg_plan(r, &st) != 0)
         rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     if (rc == 0 && tell_build(r, probe, infos, &tp) != 0)
         rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory");
     pthread_mutex_unlock(&d->mu);
 
+    if (nics_warning[0]) drv_log(d, "%s", nics_warning);
     if (truncated)
         drv_log(d,
                 "warning: the tasks share more than %d interface names; only the first %d "

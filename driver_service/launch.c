@@ -247,8 +247,9 @@ void hvd_launch_parts_free(hvd_launch_parts *p) {
  * has its own), not the shell's bookkeeping, nor Horovod's exclusions (BASH_FUNC_*, OLDPWD,
  * CUDA_VISIBLE_DEVICES: each rank has its own GPUs). */
 static bool forwarded(const char *name, size_t len) {
-    static const char *const prefixes[] = {"HVD_",   "OMPI_",  "PMIX_",      "PRTE_", "PMI_",
-                                           "HYDRA_", "MPICH_", "BASH_FUNC_", "SSH_",  NULL};
+    static const char *const prefixes[] = {"HVD_",       "OMPI_", "ORTE_",  "PMIX_",
+                                           "PRTE_",      "PMI_",  "HYDRA_", "MPICH_",
+                                           "BASH_FUNC_", "SSH_",  NULL};
     static const char *const names[] = {"TMPDIR", "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", NULL};
     for (size_t i = 0; i < len; i++)
         if (!(isalnum((unsigned char)name[i]) || name[i] == '_')) return false;

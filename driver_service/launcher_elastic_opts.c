@@ -333,6 +333,12 @@ static int take_hosts(launch_opts *o) {
         o->ssh_identity = NULL;
         o->local_hosts = 1;
         if (o->np == 0) o->np = hs.number > 0 ? (int)hs.number : 1;
+        if (hs.number > 0 && o->np > hs.number) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "-np %d is more than the %lld slots of -H %s", o->np,
+                     (long long)hs.number, o->hosts);
+            return launch_opts_usage_error(msg);
+        }
         return 0;
     }
     o->ssh_hosts = o->hosts;

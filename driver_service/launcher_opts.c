@@ -82,7 +82,7 @@ static const char USAGE[] =
     "                      stops, naming it; tasks end their command when they lose the\n"
     "                      driver that long (default 15, or HVD_NET_TIMEOUT; local and ssh\n"
     "                      tasks get it, start other tasks with --net-timeout S as well)\n"
-    "  --nics a,b          use these interfaces (each task must have them); skip probing\n"
+    "  --nics a,b          use these interfaces (every host must have them); skip probing\n"
     "  --jobs N            serve: N jobs one after another (0: until Ctrl-C; default 1).\n"
     "                      Tasks started by hand with --elastic stay for the next job;\n"
     "                      without it each runs one command and is let go: serve waits\n"

@@ -539,9 +539,11 @@ def test_horovodrun_flags():
         # Values that are no number are refused in one line, before anything starts.
         with open(hostfile, "w") as f:
             f.write("localhost slots=two\n")
+        # More ranks than -H localhost:N's slots are refused too, as for ssh hosts.
         for hosts, env, says in ((["--hostfile", hostfile], {}, "--hostfile slots= must be a whole number"),
                                  (["-H", "localhost:2"], {"HOROVOD_ELASTIC_TIMEOUT": "10x"},
-                                  "HOROVOD_ELASTIC_TIMEOUT must be a whole number")):
+                                  "HOROVOD_ELASTIC_TIMEOUT must be a whole number"),
+                                 (["-H", "localhost:1"], {}, "-np 2 is more than the 1 slots of -H localhost:1")):
             rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2"] + hosts +
                                         ["true"], dict(hvdtest.marked_env(mark, ARGS.bin), **env), cwd=d,
                                         timeout=JOB_LIMIT)

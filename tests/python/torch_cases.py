@@ -50,9 +50,10 @@ def collectives(device="cpu"):
             except TypeError as e:
                 if text not in str(e):
                     bad.append("rank %d: %s: %s" % (r, what, e))
-    # A 0-dim tensor cannot be gathered: the reason, not an IndexError from autograd's forward.
+    # A 0-dim tensor cannot be gathered: the reason, not an IndexError from autograd's forward;
+    # in a group, before any member was submitted (the same name then works)
     for call in (lambda: hvd.allgather(torch.tensor(1.0)),
-                 lambda: hvd.grouped_allgather([torch.tensor(1.0)])):
+                 lambda: hvd.grouped_allgather([torch.ones(1), torch.tensor(1.0)], name="g0")):
         try:
             call()
             bad.append("rank %d: a 0-dim allgather was taken" % r)
@@ -61,6 +62,10 @@ def collectives(device="cpu"):
                 bad.append("rank %d: 0-dim allgather: %s" % (r, e))
         except Exception as e:
             bad.append("rank %d: 0-dim allgather raised %s: %s" % (r, type(e).__name__, e))
+    try:
+        hvd.grouped_allgather([torch.ones(1), torch.ones(1)], name="g0")
+    except Exception as e:
+        bad.append("rank %d: a group after a refused one: %s" % (r, e))
 
     def expect(what, got, want):
         if not torch.equal(got.cpu(), want.cpu()):
@@ -160,6 +165,11 @@ def collectives(device="cpu"):
         else:
             expect("int32 allreduce %s" % what, ar[2 * r:2 * r + 2], want)
             expect("int32 reducescatter %s" % what, rs, want)
+    # past int64's range both hold at the runtime's bound (from 2 ranks: n * 2^60 * 4 >= 2^63)
+    big = torch.tensor([[2 ** 60]] * n, dtype=torch.int64)
+    expect("int64 reducescatter saturated like allreduce",
+           hvd.reducescatter(big, op=hvd.Sum, postscale_factor=4.0, name="i64rs"),
+           hvd.allreduce(big, op=hvd.Sum, postscale_factor=4.0, name="i64a")[r:r + 1])
     # non-contiguous input, in place
     nc = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
     want = nc * n

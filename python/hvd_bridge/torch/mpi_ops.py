@@ -238,6 +238,17 @@ def _contiguous(t):
     return t if _check_tensor(t).is_contiguous() else t.contiguous()
 
 
+def _check_group(tensors, rows=False):
+    """Checks every tensor of a grouped call before the first is submitted: a bad one later in
+    the list would leave the earlier ones submitted, with no handle to wait for them."""
+    for t in tensors:
+        _dtype(_check_tensor(t))
+        if not (t.is_cpu or t.is_cuda):
+            raise ValueError("tensors on %s are not supported" % t.device)
+        if rows:
+            _rows(t)
+
+
 def _rows(t):
     """(first_dim, elements per row) of a tensor with at least one dimension."""
     if t.dim() == 0:
@@ -387,6 +398,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     _check_process_set(process_set)
     op = _resolve_op(op, average)
+    _check_group(tensors)
     subs = [_allreduce_submit(t, None, _name("grouped_allreduce", n), op, prescale_factor,
                               postscale_factor)
             for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
@@ -398,6 +410,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set):
     _check_process_set(process_set)
     op = _resolve_op(op, average)
+    _check_group(tensors)
     subs = []
     for t, n in zip(tensors, _grouped_names(name, len(tensors))):
         subs.append(_allreduce_submit(t, t if _check_tensor(t).is_contiguous() else None,
@@ -453,6 +466,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     _check_process_set(process_set)
+    _check_group(tensors, rows=True)
     subs = [_allgather_submit(t, _name("grouped_allgather", n))
             for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
     return _register([h for h, _ in subs], subs,
@@ -531,18 +545,23 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 # ---- reducescatter ----------------------------------------------------------------------------
 
 def _scaled(t, factor):
-    """t * factor in t's dtype, as the runtime scales an allreduce: an integer tensor's values
-    truncated toward zero and held to the dtype's range (t * 2.5 would be a float tensor)."""
+    """t * factor in t's dtype, as the runtime scales an allreduce (runtime/types.c,
+    rt_scale): an integer tensor's values truncated toward zero, held to the dtype's range
+    (for int64 the largest double below 2^63) and NaN made 0 (t * 2.5 would be a float
+    tensor)."""
     if t.is_floating_point():
         return t * factor
     info = torch.iinfo(t.dtype)
-    return torch.trunc(t.double() * factor).clamp_(info.min, info.max).to(t.dtype)
+    hi = 9223372036854774784.0 if t.dtype == torch.int64 else float(info.max)
+    wide = torch.nan_to_num(torch.trunc(t.double() * factor), nan=0.0)
+    return wide.clamp_(float(info.min), hi).to(t.dtype)
 
 
 def _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor):
     if op not in (Sum, Average):
         raise HorovodInternalError("Reducescatter currently only supports AVERAGE and SUM.")
     t = _contiguous(tensor)
+    _dtype(t)  # a dtype the runtime has, before scaling it
     if prescale_factor != 1.0:
         t = _scaled(t, prescale_factor)
     first, row = _rows(t)
@@ -553,7 +572,9 @@ def _reducescatter_submit(tensor, name, op, prescale_factor, postscale_factor):
                                 _rt_op(op), _device(t))
 
     def finish():
-        if postscale_factor != 1.0:
+        if postscale_factor != 1.0 and out.is_floating_point():
+            out.mul_(postscale_factor)
+        elif postscale_factor != 1.0:
             out.copy_(_scaled(out, postscale_factor))
         return out
     return h, t, out, finish
@@ -572,6 +593,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     _check_process_set(process_set)
+    _check_group(tensors, rows=True)
     subs = [_reducescatter_submit(t, _name("grouped_reducescatter", n), op, prescale_factor,
                                   postscale_factor)
             for t, n in zip(tensors, _grouped_names(name, len(tensors)))]
