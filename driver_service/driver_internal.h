@@ -227,7 +227,7 @@ struct hvd_driver {
     bool tasks_shutdown;   /* hvd_driver_shutdown_tasks was called: answer WAIT_SHUTDOWN */
     bool shutdown_flushed; /* the loop answered every held WAIT_SHUTDOWN after that */
     bool aborted;          /* hvd_driver_abort was called: waits fail with abort_reason */
-    char abort_reason[256];
+    char abort_reason[HVD_ERR_MAX];
 
     drv_held *held;      /* loop thread */
     atomic_size_t nheld; /* how many are held (any thread may read it) */

@@ -147,6 +147,7 @@ enum {
     OPT_SSH_ACCEPT_NEW,
     OPT_SSH_BIN_DIR,
     OPT_SSH_FAKE_HOSTS,
+    OPT_SSH_O,
     OPT_VERBOSE,
     OPT_QUIET,
     OPT_PAYLOAD,
@@ -182,6 +183,8 @@ static const struct option LONG_OPTS[] = {
     {"ssh-accept-new", no_argument, NULL, OPT_SSH_ACCEPT_NEW},
     {"ssh-bin-dir", required_argument, NULL, OPT_SSH_BIN_DIR},
     {"ssh-fake-hosts", no_argument, NULL, OPT_SSH_FAKE_HOSTS},
+    /* ssh's -o: refused by name (as a prefix it would be taken for --output-filename) */
+    {"o", required_argument, NULL, OPT_SSH_O},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"payload", required_argument, NULL, OPT_PAYLOAD},
@@ -294,6 +297,10 @@ static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
     case OPT_SSH_ACCEPT_NEW:
         o->ssh_accept_new = true;
         return 0;
+    case OPT_SSH_O:
+        return usage_error("-o is ssh's (and hvd-rsh's) option; hvd-driver's ssh settings are "
+                           "--ssh-port, --ssh-user, --ssh-identity, --ssh-known-hosts and "
+                           "--ssh-accept-new");
     case OPT_SSH_FAKE_HOSTS:
         o->ssh_fake_hosts = true;
         return 0;

@@ -495,10 +495,11 @@ static int unknown_host_key(ssh_conn *c, const host_key *k, const file_list *use
         for (size_t i = 0; i < all_kh->n; i++)
             appendf(files, sizeof(files), "%s%s", i ? ", " : "", all_kh->ptr[i]);
         return fail(c, HVD_E_AUTH, "host key verification",
-                    "no host key is known for %s (the server offered %s %s; looked in %s); "
-                    "refusing to connect. Add it to known_hosts (ssh-keyscan) or use "
-                    "-o StrictHostKeyChecking=accept-new",
-                    k->name, k->type, k->fp, files[0] ? files : "no file");
+                    "no host key is known for %s: add it (ssh-keyscan -p %d %s >> "
+                    "~/.ssh/known_hosts) or accept new keys (hvd-driver --ssh-accept-new; "
+                    "hvd-rsh -o StrictHostKeyChecking=accept-new). The server offered %s %s; "
+                    "looked in %s",
+                    k->name, c->port, c->host, k->type, k->fp, files[0] ? files : "no file");
     }
     if (user_kh->n == 0) {
         warn(c,
@@ -545,9 +546,9 @@ static int verify_host_key(ssh_conn *c, const file_list *user_kh, const file_lis
     case HVD_KH_CHANGED:
         return fail(c, HVD_E_AUTH, step,
                     "host key for %s has changed (known_hosts file %s line %d); refusing to "
-                    "connect. The server now offers %s %s; if the change is expected, remove "
-                    "the old entry (ssh-keygen -R '%s' -f %s)",
-                    k.name, r.file, r.line, k.type, k.fp, k.name, r.file);
+                    "connect. If the change is expected, remove the old entry (ssh-keygen -R "
+                    "'%s' -f %s). The server now offers %s %s",
+                    k.name, r.file, r.line, k.name, r.file, k.type, k.fp);
     case HVD_KH_OTHER_TYPE:
         return fail(c, HVD_E_AUTH, step,
                     "the server offered host key %s %s, but known_hosts has only %s keys "

@@ -5,6 +5,7 @@ function in a Python interpreter."""
 import fcntl
 import json
 import math
+import operator
 import os
 import shutil
 import signal
@@ -49,39 +50,66 @@ def _elastic_flags(elastic):
 def _slots(hosts):
     total = 0
     for entry in hosts.split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
         tail = entry.rsplit("]", 1)[-1]
         total += int(tail.split(":")[1]) if ":" in tail else 1
     return total
 
 
+def _host_list(hosts):
+    """hosts ("h1:2, h2:2") without white space around its entries, or ValueError when it
+    names no host."""
+    entries = [e.strip() for e in hosts.split(",") if e.strip()]
+    if not entries:
+        raise ValueError("hosts names no host: %r" % (hosts,))
+    return ",".join(entries)
+
+
 def _hostfile_hosts(path):
-    """Horovod's hostfile: "<host> slots=<n>" per line, # comments."""
+    """Horovod's hostfile: "<host> slots=<n>" per line, # comments; ValueError when a line is
+    not that, or no line names a host."""
     hosts = []
     with open(path) as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             words = line.split("#", 1)[0].split()
             if not words:
                 continue
             slots = 1
             for w in words[1:]:
-                if w.startswith("slots="):
-                    slots = int(w[len("slots="):])
+                if not w.startswith("slots=") or not w[len("slots="):].isdigit():
+                    raise ValueError("hostfile %s line %d: %r is not '<host> slots=<n>'"
+                                     % (path, number, line.strip()))
+                slots = int(w[len("slots="):])
+            if ":" in words[0].rsplit("]", 1)[-1]:
+                raise ValueError("hostfile %s line %d: write '%s' as '<host> slots=<n>'"
+                                 % (path, number, words[0]))
             hosts.append("%s:%d" % (words[0], slots))
+    if not hosts:
+        raise ValueError("hostfile %s names no host" % path)
     return ",".join(hosts)
+
+
+def _ssh_port(port):
+    """ssh_port as a number from 1 to 65535 (None: ssh's default), else ValueError."""
+    if port is None:
+        return None
+    try:
+        value = operator.index(port)
+    except TypeError:
+        value = None
+    if value is None or not 1 <= value <= 65535:
+        raise ValueError("ssh_port must be a whole number from 1 to 65535, got %r" % (port,))
+    return value
 
 
 def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_port,
                     ssh_identity_file, nics, mpi_args, verbose, executable, elastic=(),
-                    lifeline_fd=None, work_dir=None):
+                    lifeline_fd=None, work_dir=None, output_filename=None):
     cmd = [os.path.join(bin_dir(), "hvd-driver"), "run", "-np", str(np_)]
     if lifeline_fd is not None:  # this process's end stops the job and removes work_dir
         cmd += ["--lifeline-fd", str(lifeline_fd), "--lifeline-dir", work_dir]
     if hosts:  # horovodrun's -H: this machine alone ("localhost:2") runs without ssh
         cmd += ["-H", hosts]
-        if ssh_port:
+        if ssh_port is not None:
             cmd += ["--ssh-port", str(ssh_port)]
         if ssh_identity_file:
             cmd += ["--ssh-identity", ssh_identity_file]
@@ -91,6 +119,8 @@ def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_p
             "--payload", payload_file]
     if nics:
         cmd += ["--nics", ",".join(nics)]
+    if output_filename:
+        cmd += ["--output-filename", os.path.abspath(output_filename)]
     for a in mpi_args:
         cmd += ["--mpi-arg", a]
     cmd.append("--verbose" if verbose else "--quiet")
@@ -202,7 +232,8 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
         start_timeout=None, ssh_port=None, ssh_identity_file=None, verbose=None, use_gloo=None,
         use_mpi=None, mpi_args=None, network_interface=None, network_interfaces=None,
         executable=None, np=None, env=None, stdout=None, stderr=None,
-        prefix_output_with_timestamp=False, **elastic):
+        prefix_output_with_timestamp=False, disable_cache=None, output_filename=None,
+        **elastic):
     """Runs ``func(*args, **kwargs)`` on ``np`` ranks and returns their return values in rank
     order. Raises ``hvd_bridge.JobError`` naming the rank that failed first (with its
     traceback) when a rank fails.
@@ -217,6 +248,8 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     executable: the Python of the ranks (default: this one). stdout, stderr: text streams for
     the ranks' output (default sys.stdout, sys.stderr), one line at a time, prefixed with
     "[1,rank]<stdout>:"; prefix_output_with_timestamp adds mpirun's timestamps.
+    output_filename: a directory for each rank's output as well (DIR/1/rank.R/stdout, as
+    horovodrun's --output-filename); disable_cache: accepted (nothing is cached).
     Elastic jobs (docs/elastic.md; func uses hvd_bridge.torch.elastic): min_np (min_num_proc),
     max_np (max_num_proc), host_discovery_script (its hosts are fake hosts on this machine),
     slots, reset_limit, elastic_timeout, cooldown_range=(min, max); the return values are
@@ -238,6 +271,9 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
         raise ValueError("Argument hosts and hostfile only allow one provided.")
     if hostfile:
         hosts = _hostfile_hosts(hostfile)
+    elif hosts:
+        hosts = _host_list(hosts)
+    ssh_port = _ssh_port(ssh_port)
     np_ = _job.either(np, "np", num_proc, "num_proc")
     np_ = _job.rank_count(np_ if np_ is not None else _slots(hosts) if hosts else 1,
                           "np" if np is not None else "num_proc")
@@ -263,7 +299,7 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
             err = _job.OutputForwarder(stderr)
             cmd = _driver_command(np_, hosts, payload_file, results_file, start, ssh_port,
                                   ssh_identity_file, nics, extra, verbose, executable,
-                                  elastic_flags, life.read_fd, work)
+                                  elastic_flags, life.read_fd, work, output_filename)
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out.fd, stderr=err.fd,
                                     pass_fds=(life.read_fd,))
             life.close_read()

@@ -543,7 +543,9 @@ def test_horovodrun_flags():
         for hosts, env, says in ((["--hostfile", hostfile], {}, "--hostfile slots= must be a whole number"),
                                  (["-H", "localhost:2"], {"HOROVOD_ELASTIC_TIMEOUT": "10x"},
                                   "HOROVOD_ELASTIC_TIMEOUT must be a whole number"),
-                                 (["-H", "localhost:1"], {}, "-np 2 is more than the 1 slots of -H localhost:1")):
+                                 (["-H", "localhost:1"], {}, "-np 2 is more than the 1 slots of -H localhost:1"),
+                                 (["-H", "localhost:2", "-o", "StrictHostKeyChecking=no"], {},
+                                  "-o is ssh's (and hvd-rsh's) option")):
             rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2"] + hosts +
                                         ["true"], dict(hvdtest.marked_env(mark, ARGS.bin), **env), cwd=d,
                                         timeout=JOB_LIMIT)

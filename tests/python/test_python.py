@@ -401,15 +401,22 @@ def test_cwd():
 def test_localhost():
     """hosts="localhost:2" and a hostfile naming localhost, as Horovod's local examples give
     them: local task services, no ssh (there is no sshd on port 22 here: it tried ssh and
-    failed with "connection refused")."""
+    failed with "connection refused"); white space around the entry; horovod.run's
+    output_filename and disable_cache."""
     import hvd_bridge
     with Job() as job:
         hostfile = os.path.join(job.tmp, "hostfile")
         with open(hostfile, "w") as f:
             f.write("# Horovod's format\nlocalhost slots=2\n")
-        by_hosts = hvd_bridge.run(rank_info, args=(1,), hosts="localhost:2")
+        logs = os.path.join(job.tmp, "logs")
+        by_hosts = hvd_bridge.run(rank_info, args=(1,), hosts=" localhost:2 ",
+                                  output_filename=logs, disable_cache=True)
         by_file = hvd_bridge.run(rank_info, args=(1,), hostfile=hostfile)
         os.unlink(hostfile)
+        # horovod.run's output_filename: each rank's output in a file of its own as well
+        ranks = sorted(os.listdir(os.path.join(logs, "1")))
+        shutil.rmtree(logs)
+    check(ranks == ["rank.0", "rank.1"], "output_filename holds the 2 ranks' logs: %s" % ranks)
     for out in (by_hosts, by_file):
         check([r["value"] for r in out] == [0, 1] and all(r["size"] == 2 for r in out),
               "2 ranks on this machine: %r" % out)
@@ -527,13 +534,31 @@ def test_bad_args():
                           (dict(args=5), TypeError, "args must be a tuple or a list, got int"),
                           (dict(kwargs=[1]), TypeError, "kwargs must be a dict, got list"),
                           (dict(start_timeout="x"), ValueError,
-                           "start_timeout must be a number of seconds above 0, got 'x'")):
+                           "start_timeout must be a number of seconds above 0, got 'x'"),
+                          (dict(hosts="a:1", ssh_port=0), ValueError,
+                           "ssh_port must be a whole number from 1 to 65535, got 0"),
+                          (dict(hosts="a:1", ssh_port="22"), ValueError, "got '22'"),
+                          (dict(hosts=" , "), ValueError, "hosts names no host")):
         try:
             hvd_bridge.run(rank_info, **dict(dict(args=(1,), np=1), **kw))
         except exc as e:
             check(text in str(e), "%r: %s" % (kw, e))
         else:
             raise Failure("%r accepted" % kw)
+    # Hostfiles that are not Horovod's format, or name no host (one ran on this machine).
+    with tempfile.TemporaryDirectory() as d:
+        for text, says in (("\n# none\n", "names no host"),
+                           ("h1:1\n", "write 'h1:1' as '<host> slots=<n>'"),
+                           ("h1 slots=two\n", "line 1: 'h1 slots=two' is not '<host> slots=<n>'")):
+            path = os.path.join(d, "hostfile")
+            with open(path, "w") as f:
+                f.write(text)
+            try:
+                hvd_bridge.run(rank_info, args=(1,), hostfile=path)
+            except ValueError as e:
+                check(says in str(e), "hostfile %r: %s" % (text, e))
+            else:
+                raise Failure("hostfile %r accepted" % text)
     try:
         hvd_bridge.run(42, np=1)
     except TypeError as e:

@@ -513,7 +513,8 @@ static void test_unknown_and_accept_new(void) {
     CHECK_MSG(strstr(r.err.msg, want) != NULL, "[%s] lacks [%s]", r.err.msg, want);
     CHECK(strstr(r.err.msg, kh) != NULL);           /* names the files it looked in */
     CHECK(strstr(r.err.msg, "accept-new") != NULL); /* and what to do */
-    CHECK(access(kh, F_OK) != 0);                   /* nothing written */
+    CHECK(strstr(r.err.msg, "ssh-keyscan -p ") != NULL && strstr(r.err.msg, "--ssh-accept-new"));
+    CHECK(access(kh, F_OK) != 0); /* nothing written */
     free_result(&r);
 
     t.o.accept_new_host_keys = true;
