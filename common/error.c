@@ -12,6 +12,12 @@ static void trim_newlines(char *s) {
         s[--n] = '\0';
 }
 
+/* Ends a sentence that did not fit in "...", so a cut fingerprint or path is not read as
+ * whole. */
+static void mark_cut(char *s) {
+    memcpy(s + HVD_ERR_MAX - 4, "...", 4);
+}
+
 int hvd_err_set(hvd_err *err, int code, const char *fmt, ...) {
     if (!err) return -1;
     /* Format into a scratch buffer first: arguments may point into err->msg itself
@@ -22,6 +28,7 @@ int hvd_err_set(hvd_err *err, int code, const char *fmt, ...) {
     int r = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     if (r < 0) snprintf(tmp, sizeof tmp, "(unformattable error message)");
+    if (r >= (int)sizeof tmp) mark_cut(tmp);
     trim_newlines(tmp);
     err->code = code;
     memcpy(err->msg, tmp, strlen(tmp) + 1);
@@ -36,8 +43,9 @@ int hvd_err_prefix(hvd_err *err, const char *fmt, ...) {
     int r = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     if (r < 0) tmp[0] = '\0';
-    size_t used = strlen(tmp);
+    size_t used = strlen(tmp), rest = strlen(err->msg);
     if (used < sizeof tmp - 1) snprintf(tmp + used, sizeof tmp - used, "%s", err->msg);
+    if (r >= (int)sizeof tmp || used + rest >= sizeof tmp) mark_cut(tmp);
     trim_newlines(tmp);
     memcpy(err->msg, tmp, strlen(tmp) + 1);
     return -1;

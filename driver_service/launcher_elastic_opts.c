@@ -333,10 +333,11 @@ static int take_hosts(launch_opts *o) {
         o->ssh_identity = NULL;
         o->local_hosts = 1;
         if (o->np == 0) o->np = hs.number > 0 ? (int)hs.number : 1;
-        if (hs.number > 0 && o->np > hs.number) {
+        long slots = hs.number > 0 ? hs.number : 1; /* "localhost": one slot, as for ssh */
+        if (o->np > slots) {
             char msg[160];
-            snprintf(msg, sizeof msg, "-np %d is more than the %lld slots of -H %s", o->np,
-                     (long long)hs.number, o->hosts);
+            snprintf(msg, sizeof msg, "-np %d is more than the %ld slots of -H %s", o->np, slots,
+                     o->hosts);
             return launch_opts_usage_error(msg);
         }
         return 0;

@@ -495,11 +495,11 @@ static int unknown_host_key(ssh_conn *c, const host_key *k, const file_list *use
         for (size_t i = 0; i < all_kh->n; i++)
             appendf(files, sizeof(files), "%s%s", i ? ", " : "", all_kh->ptr[i]);
         return fail(c, HVD_E_AUTH, "host key verification",
-                    "no host key is known for %s: add it (ssh-keyscan -p %d %s >> "
-                    "~/.ssh/known_hosts) or accept new keys (hvd-driver --ssh-accept-new; "
-                    "hvd-rsh -o StrictHostKeyChecking=accept-new). The server offered %s %s; "
-                    "looked in %s",
-                    k->name, c->port, c->host, k->type, k->fp, files[0] ? files : "no file");
+                    "no host key is known for %s: add it (ssh-keyscan -p %d %s >> %s) or "
+                    "accept new keys (hvd-driver --ssh-accept-new; hvd-rsh -o "
+                    "StrictHostKeyChecking=accept-new). The server offered %s %s; looked in %s",
+                    k->name, c->port, c->host, user_kh->n ? user_kh->ptr[0] : "~/.ssh/known_hosts",
+                    k->type, k->fp, files[0] ? files : "no file");
     }
     if (user_kh->n == 0) {
         warn(c,

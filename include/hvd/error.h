@@ -34,7 +34,8 @@ typedef struct hvd_err {
 } hvd_err;
 
 /* Sets err->code and formats err->msg (printf-style). err may be NULL. Returns -1 so callers
- * can write `return hvd_err_set(err, ...);`. */
+ * can write `return hvd_err_set(err, ...);`. Text that does not fit is cut and ends in "..."
+ * (so does a prefixed one). */
 int hvd_err_set(hvd_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Prefixes err->msg with formatted context ("connecting to driver: " + old text). */

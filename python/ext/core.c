@@ -87,6 +87,12 @@ static void log_stderr(void *user, const char *line) {
     fprintf(stderr, "%s: %s\n", (const char *)user, line);
 }
 
+/* Without verbose: the driver's warnings only, as hvd-driver prints them (a --nics name that
+ * no task declared an address on, a truncated interface list). */
+static void log_warnings(void *user, const char *line) {
+    if (strncmp(line, "warning:", 8) == 0) log_stderr(user, line);
+}
+
 /* ---- Driver ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -126,7 +132,7 @@ static int driver_init(DriverObject *self, PyObject *args, PyObject *kw) {
                              .code = &code,
                              .nics = (const char *const *)nics,
                              .bind_host = bind,
-                             .log = verbose ? log_stderr : NULL,
+                             .log = verbose ? log_stderr : log_warnings,
                              .log_user = "hvd_bridge",
                              .net_timeout_ms = net_ms};
     hvd_err err;
@@ -238,7 +244,7 @@ static PyObject *driver_run_job(DriverObject *self, PyObject *args, PyObject *kw
                             .start_timeout_ms = start_ms,
                             .output_fds = fds,
                             .stop = &self->stop,
-                            .log = self->verbose ? log_stderr : NULL,
+                            .log = self->verbose ? log_stderr : log_warnings,
                             .log_user = "hvd_bridge"};
     hvd_launch_outcome o;
     hvd_err err;
@@ -307,7 +313,7 @@ static PyObject *driver_run_elastic(DriverObject *self, PyObject *args, PyObject
                             .start_timeout_ms = start_ms,
                             .output_fds = fds,
                             .stop = &self->stop,
-                            .log = self->verbose ? log_stderr : NULL,
+                            .log = self->verbose ? log_stderr : log_warnings,
                             .log_user = "hvd_bridge"};
     hvd_elastic_config ec = {.min_np = min_np,
                              .max_np = max_np,

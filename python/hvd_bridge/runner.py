@@ -75,11 +75,16 @@ def _hostfile_hosts(path):
                 continue
             slots = 1
             for w in words[1:]:
-                if not w.startswith("slots=") or not w[len("slots="):].isdigit():
-                    raise ValueError("hostfile %s line %d: %r is not '<host> slots=<n>'"
-                                     % (path, number, line.strip()))
+                if not w.startswith("slots=") or not w[len("slots="):].isdigit() or \
+                        int(w[len("slots="):]) < 1:
+                    raise ValueError("hostfile %s line %d: %r is not '<host> slots=<n>' with n "
+                                     "at least 1" % (path, number, line.strip()))
                 slots = int(w[len("slots="):])
-            if ":" in words[0].rsplit("]", 1)[-1]:
+            host = words[0].rsplit("]", 1)[-1]
+            if host.count(":") > 1:
+                raise ValueError("hostfile %s line %d: write the IPv6 address %s in brackets "
+                                 "([%s] slots=<n>)" % (path, number, words[0], words[0]))
+            if ":" in host:
                 raise ValueError("hostfile %s line %d: write '%s' as '<host> slots=<n>'"
                                  % (path, number, words[0]))
             hosts.append("%s:%d" % (words[0], slots))
@@ -89,16 +94,22 @@ def _hostfile_hosts(path):
 
 
 def _ssh_port(port):
-    """ssh_port as a number from 1 to 65535 (None: ssh's default), else ValueError."""
-    if port is None:
+    """ssh_port as a number from 1 to 65535, or None for ssh's default (None or 0, as
+    horovod.run takes a false port); a string of digits is taken as horovod.run does; else
+    ValueError."""
+    if port is None or (not isinstance(port, bool) and port == 0):
         return None
-    try:
-        value = operator.index(port)
-    except TypeError:
-        value = None
-    if value is None or not 1 <= value <= 65535:
+    value = None
+    if isinstance(port, str) and port.strip().isdigit():
+        value = int(port)
+    elif not isinstance(port, bool):
+        try:
+            value = operator.index(port)
+        except TypeError:
+            pass
+    if value is None or not 0 <= value <= 65535:
         raise ValueError("ssh_port must be a whole number from 1 to 65535, got %r" % (port,))
-    return value
+    return value or None
 
 
 def _driver_command(np_, hosts, payload_file, results_file, start_timeout, ssh_port,
@@ -248,8 +259,8 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     executable: the Python of the ranks (default: this one). stdout, stderr: text streams for
     the ranks' output (default sys.stdout, sys.stderr), one line at a time, prefixed with
     "[1,rank]<stdout>:"; prefix_output_with_timestamp adds mpirun's timestamps.
-    output_filename: a directory for each rank's output as well (DIR/1/rank.R/stdout, as
-    horovodrun's --output-filename); disable_cache: accepted (nothing is cached).
+    output_filename: horovodrun's --output-filename (Open MPI 4: each rank's output also in
+    DIR/1/rank.R/stdout; docs/launcher.md for the others); disable_cache: accepted.
     Elastic jobs (docs/elastic.md; func uses hvd_bridge.torch.elastic): min_np (min_num_proc),
     max_np (max_num_proc), host_discovery_script (its hosts are fake hosts on this machine),
     slots, reset_limit, elastic_timeout, cooldown_range=(min, max); the return values are

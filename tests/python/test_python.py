@@ -535,9 +535,10 @@ def test_bad_args():
                           (dict(kwargs=[1]), TypeError, "kwargs must be a dict, got list"),
                           (dict(start_timeout="x"), ValueError,
                            "start_timeout must be a number of seconds above 0, got 'x'"),
-                          (dict(hosts="a:1", ssh_port=0), ValueError,
-                           "ssh_port must be a whole number from 1 to 65535, got 0"),
-                          (dict(hosts="a:1", ssh_port="22"), ValueError, "got '22'"),
+                          (dict(hosts="a:1", ssh_port=70000), ValueError,
+                           "ssh_port must be a whole number from 1 to 65535, got 70000"),
+                          (dict(hosts="a:1", ssh_port="22x"), ValueError, "got '22x'"),
+                          (dict(hosts="a:1", ssh_port=True), ValueError, "got True"),
                           (dict(hosts=" , "), ValueError, "hosts names no host")):
         try:
             hvd_bridge.run(rank_info, **dict(dict(args=(1,), np=1), **kw))
@@ -549,7 +550,9 @@ def test_bad_args():
     with tempfile.TemporaryDirectory() as d:
         for text, says in (("\n# none\n", "names no host"),
                            ("h1:1\n", "write 'h1:1' as '<host> slots=<n>'"),
-                           ("h1 slots=two\n", "line 1: 'h1 slots=two' is not '<host> slots=<n>'")):
+                           ("h1 slots=two\n", "line 1: 'h1 slots=two' is not '<host> slots=<n>'"),
+                           ("h1 slots=0\n", "with n at least 1"),
+                           ("::1 slots=2\n", "write the IPv6 address ::1 in brackets")):
             path = os.path.join(d, "hostfile")
             with open(path, "w") as f:
                 f.write(text)

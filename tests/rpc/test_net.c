@@ -50,8 +50,15 @@ static void test_err(void) {
     big[sizeof big - 1] = '\0';
     hvd_err_set(&err, HVD_E_INVALID, "%s", big);
     CHECK(strlen(err.msg) == HVD_ERR_MAX - 1);
+    CHECK(strcmp(err.msg + HVD_ERR_MAX - 4, "...") == 0); /* says it was cut */
     hvd_err_prefix(&err, "%s", "ctx: ");
     CHECK(strlen(err.msg) == HVD_ERR_MAX - 1 && strncmp(err.msg, "ctx: aaa", 8) == 0);
+    CHECK(strcmp(err.msg + HVD_ERR_MAX - 4, "...") == 0);
+    /* A sentence that fits exactly is not marked. */
+    memset(big, 'b', HVD_ERR_MAX - 1);
+    big[HVD_ERR_MAX - 1] = '\0';
+    hvd_err_set(&err, HVD_E_INVALID, "%s", big);
+    CHECK(strlen(err.msg) == HVD_ERR_MAX - 1 && err.msg[HVD_ERR_MAX - 2] == 'b');
     /* NULL err is allowed. */
     CHECK(hvd_err_set(NULL, HVD_E_IO, "x") == -1);
     CHECK(hvd_err_prefix(NULL, "x") == -1);
