@@ -239,20 +239,26 @@ static bool declares(const hvd_task_info *t, const char *ifname) {
     return false;
 }
 
+/* The interface name of task t's address x when no earlier address has it (the task's
+ * distinct names, in its order), else NULL; NULL for an unnamed address too. */
+static const char *first_use(const hvd_task_info *t, size_t x) {
+    const hvd_addr *a = t->addrs.v;
+    if (!a[x].ifname[0]) return NULL;
+    for (size_t y = 0; y < x; y++)
+        if (strcmp(a[y].ifname, a[x].ifname) == 0) return NULL;
+    return a[x].ifname;
+}
+
 /* The error when no interface name is declared by every task: for each of task 0's names,
  * the first task without it. d->mu held. */
 static int no_candidates(const drv_registry *r, hvd_err *err) {
     char msg[HVD_ERR_MAX] = "";
     append(msg, sizeof msg, "the tasks have no network interface name in common:");
     const hvd_task_info *t0 = &r->tasks[r->act[0]].info;
-    const hvd_addr *a = t0->addrs.v;
     size_t shown = 0;
     for (size_t x = 0; x < t0->addrs.n && shown < LIST_NAMES_MAX; x++) {
-        const char *name = a[x].ifname;
-        bool seen = false;
-        for (size_t y = 0; y < x && !seen; y++)
-            seen = strcmp(a[y].ifname, name) == 0;
-        if (!name[0] || seen) continue;
+        const char *name = first_use(t0, x);
+        if (!name) continue;
         for (uint32_t k = 1; k < r->nact; k++) {
             uint32_t j = r->act[k];
             if (declares(&r->tasks[j].info, name)) continue;
@@ -288,13 +294,9 @@ static void nics_missing(const drv_registry *r, char *const *nics, char *msg, si
         if (lacking == 0) continue;
         const hvd_task_info *t = &r->tasks[first].info;
         char has[256] = "";
-        size_t shown = 0;
-        for (size_t x = 0; x < t->addrs.n && shown < LIST_NAMES_MAX; x++) {
-            const char *name = ((const hvd_addr *)t->addrs.v)[x].ifname;
-            bool seen = false;
-            for (size_t y = 0; y < x && !seen; y++)
-                seen = strcmp(((const hvd_addr *)t->addrs.v)[y].ifname, name) == 0;
-            if (name[0] && !seen) append(has, sizeof has, "%s%s", shown++ ? ", " : "", name);
+        for (size_t x = 0, shown = 0; x < t->addrs.n && shown < LIST_NAMES_MAX; x++) {
+            const char *name = first_use(t, x);
+            if (name) append(has, sizeof has, "%s%s", shown++ ? ", " : "", name);
         }
         snprintf(msg, cap,
                  "warning: --nics names %s, on which %u of %u tasks declared no address (task "
@@ -308,11 +310,11 @@ static void nics_missing(const drv_registry *r, char *const *nics, char *msg, si
 
 /* The distinct interface names of one task's addresses, in its order. d->mu held. */
 static int own_interfaces(const drv_task *t, char ***out, hvd_err *err) {
-    const hvd_addr *a = t->info.addrs.v;
     hvd_strb b = {0};
-    for (size_t x = 0; x < t->info.addrs.n; x++)
-        if (a[x].ifname[0] && !hvd_strv_has((const char *const *)b.v, a[x].ifname))
-            hvd_strb_add(&b, a[x].ifname);
+    for (size_t x = 0; x < t->info.addrs.n; x++) {
+        const char *name = first_use(&t->info, x);
+        if (name) hvd_strb_add(&b, name);
+    }
     size_t n = b.n;
     char **res = hvd_strb_finish(&b);
     if (!res) return hvd_err_set(err, HVD_E_INTERNAL, "out of memory");

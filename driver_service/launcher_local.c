@@ -21,6 +21,7 @@
 #include "launcher.h"
 
 extern char **environ;
+
 /* A host hash for fake host k of this job: never resolvable, never containing '.' or ':'. */
 static void fake_host_hash(char *out, size_t cap, int k) {
     char host[64] = "host";
