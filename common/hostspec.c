@@ -1,9 +1,12 @@
-/* "[user@]host[:number]" (common/hostspec.h). */
+/* "[user@]host[:number]" and Horovod's hostfile (common/hostspec.h). */
 #include "common/hostspec.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/strv.h"
 
 /* Characters a host may not hold: white space, quotes and shell metacharacters (the host ends
  * up in command lines and messages). */
@@ -71,4 +74,117 @@ int hvd_hostspec_parse(const char *s, size_t len, const char *what, long min, lo
         return bad(err, s, len, what, min, max, why);
     }
     return 0;
+}
+
+/* ---- hostfiles ---------------------------------------------------------------------------- */
+
+/* One line's words, cut at '#'. Returns the number found (at most max). */
+static int split_words(char *line, char **w, int max) {
+    line[strcspn(line, "#")] = '\0';
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(line, " \t\r\v\f", &save); t && n < max;
+         t = strtok_r(NULL, " \t\r\v\f", &save))
+        w[n++] = t;
+    return n;
+}
+
+/* "host slots=n" of one line (words w[0..n), n >= 1) appended to b as "host:n". */
+static int hostfile_line(hvd_strb *b, char **w, int n, const char *raw, const char *name,
+                         int number, hvd_err *err) {
+    long slots = 1;
+    for (int i = 1; i < n; i++) {
+        const char *v = w[i] + 6;
+        if (strncmp(w[i], "slots=", 6) != 0 ||
+            parse_number(v, strlen(v), 1, HVD_HOSTFILE_MAX_SLOTS, &slots) != 0)
+            return hvd_err_set(err, HVD_E_INVALID,
+                               "hostfile %s line %d: '%s' is not '<host> slots=<n>' with n at "
+                               "least 1",
+                               name, number, raw);
+    }
+    const char *host = strrchr(w[0], ']') ? strrchr(w[0], ']') + 1 : w[0];
+    const char *colon = strchr(host, ':');
+    if (colon && strchr(colon + 1, ':'))
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "hostfile %s line %d: write the IPv6 address %s in brackets ([%s] "
+                           "slots=<n>)",
+                           name, number, w[0], w[0]);
+    if (colon)
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "hostfile %s line %d: write '%s' as '<host> slots=<n>'", name, number,
+                           w[0]);
+    hvd_strb_addf(b, "%s:%ld", w[0], slots);
+    return 0;
+}
+
+int hvd_hostfile_parse(const char *text, size_t len, const char *name, char **out, hvd_err *err) {
+    *out = NULL;
+    hvd_strb b = {0};
+    int rc = 0, number = 0;
+    for (const char *p = text, *end = text + len; !rc && p < end; number++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = (size_t)((nl ? nl : end) - p);
+        char *line = strndup(p, n), *raw = strndup(p, n), *w[64];
+        p = nl ? nl + 1 : end;
+        if (!line || !raw) {
+            rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory reading hostfile %s", name);
+        } else {
+            raw[strcspn(raw, "#\r")] = '\0';
+            for (size_t k = strlen(raw); k > 0 && strchr(" \t\v\f", raw[k - 1]); k--)
+                raw[k - 1] = '\0';
+            int words = split_words(line, w, 64);
+            if (words == 64)
+                rc = hvd_err_set(err, HVD_E_INVALID,
+                                 "hostfile %s line %d: '%.80s...' is not '<host> slots=<n>'", name,
+                                 number + 1, raw);
+            else if (words > 0)
+                rc = hostfile_line(&b, w, words, raw, name, number + 1, err);
+        }
+        free(line);
+        free(raw);
+    }
+    char **v = hvd_strb_finish(&b);
+    if (!rc && !v) rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory reading hostfile %s", name);
+    if (!rc && !v[0]) rc = hvd_err_set(err, HVD_E_INVALID, "hostfile %s names no host", name);
+    if (!rc && !(*out = hvd_strv_join((const char *const *)v, ",")))
+        rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory reading hostfile %s", name);
+    hvd_strv_free(v);
+    return rc ? -1 : 0;
+}
+
+#define HOSTFILE_MAX_BYTES (16 << 20)
+
+int hvd_hostfile_read(const char *path, char **out, hvd_err *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "r");
+    if (!f) return hvd_err_set(err, HVD_E_IO, "cannot read hostfile %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (len >= HOSTFILE_MAX_BYTES) {
+            rc = hvd_err_set(err, HVD_E_INVALID, "hostfile %s is larger than %d MiB", path,
+                             HOSTFILE_MAX_BYTES >> 20);
+            break;
+        }
+        if (len + 4096 > cap) {
+            char *t = realloc(text, cap = cap ? cap * 2 : 8192);
+            if (!t) {
+                rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory reading hostfile %s", path);
+                break;
+            }
+            text = t;
+        }
+        size_t n = fread(text + len, 1, cap - len, f);
+        len += n;
+        if (n == 0) {
+            if (ferror(f))
+                rc = hvd_err_set(err, HVD_E_IO, "cannot read hostfile %s: %s", path,
+                                 strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    if (!rc) rc = hvd_hostfile_parse(text ? text : "", len, path, out, err);
+    free(text);
+    return rc ? -1 : 0;
 }

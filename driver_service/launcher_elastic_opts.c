@@ -275,35 +275,9 @@ int elastic_opts_take(int c, const char *v, int argc, char **argv, launch_opts *
 
 /* Horovod's hostfile: "host slots=N" per line (# comments), as "host:N,...". */
 static int read_hostfile(launch_opts *o) {
-    FILE *f = fopen(o->hostfile, "r");
-    if (!f) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "cannot read --hostfile %s: %s", o->hostfile, strerror(errno));
-        return launch_opts_usage_error(msg);
-    }
-    hvd_strb b = {0};
-    char line[1024];
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "#\r\n")] = '\0';
-        char *host = strtok(line, " \t");
-        if (!host) continue;
-        int slots = 1, rc = 0;
-        for (char *w; !rc && (w = strtok(NULL, " \t")) != NULL;)
-            if (strncmp(w, "slots=", 6) == 0)
-                rc = launch_opts_number("--hostfile slots=", w + 6, 1, 1 << 20, &slots);
-        if (rc) {
-            fclose(f);
-            hvd_strb_free(&b);
-            return rc;
-        }
-        hvd_strb_addf(&b, "%s:%d", host, slots);
-    }
-    fclose(f);
-    char **v = hvd_strb_finish(&b);
-    o->hosts_buf = v ? hvd_strv_join((const char *const *)v, ",") : NULL;
-    hvd_strv_free(v);
-    if (!o->hosts_buf || !o->hosts_buf[0])
-        return launch_opts_usage_error("--hostfile names no host");
+    hvd_err err;
+    if (hvd_hostfile_read(o->hostfile, &o->hosts_buf, &err) != 0)
+        return launch_opts_usage_error(err.msg);
     o->hosts = o->hosts_buf;
     return 0;
 }

@@ -9,9 +9,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/hostspec.h"
 #include "hvd/driver.h"
 #include "hvd/launch.h"
 #include "hvd/proto.h"
@@ -703,7 +705,30 @@ static PyObject *mod_mpi_detect(PyObject *self, PyObject *args, PyObject *kw) {
     return Py_BuildValue("(sss)", hvd_mpi_impl_name(mpi), version, hvd_mpi_daemon(mpi));
 }
 
+/* read_hostfile(path) -> "host:n,host:n": Horovod's hostfile read by the launcher's own reader
+ * (common/hostspec.h), so hvd_bridge.run(hostfile=) and hvd-driver --hostfile take the same
+ * files. ValueError for a file that is not the format, OSError for one that cannot be read. */
+static PyObject *mod_read_hostfile(PyObject *self, PyObject *arg) {
+    (void)self;
+    PyObject *bytes = NULL;
+    if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
+    char *hosts = NULL;
+    hvd_err err;
+    int rc = hvd_hostfile_read(PyBytes_AS_STRING(bytes), &hosts, &err);
+    Py_DECREF(bytes);
+    if (rc != 0) {
+        PyErr_SetString(err.code == HVD_E_IO ? PyExc_OSError : PyExc_ValueError, err.msg);
+        return NULL;
+    }
+    PyObject *r = PyUnicode_DecodeFSDefault(hosts);
+    free(hosts);
+    return r;
+}
+
 static PyMethodDef core_methods[] = {
+    {"read_hostfile", mod_read_hostfile, METH_O,
+     "read_hostfile(path) -> 'host:n,host:n': Horovod's hostfile ('<host> slots=<n>' per line, "
+     "# comments) as hvd-driver --hostfile reads it; ValueError when it is not that format"},
     {"mpi_detect", (PyCFunction)(void (*)(void))mod_mpi_detect, METH_VARARGS | METH_KEYWORDS,
      "mpi_detect(mpirun=None) -> (implementation, version, daemon): which MPI a launcher (a "
      "path, or a name in PATH; None: mpirun) belongs to, e.g. ('openmpi4', 'Open MPI 4.1.4', "

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 
-from . import _job, bin_dir
+from . import _core, _job, bin_dir
 
 _ELASTIC = ("min_num_proc", "max_num_proc", "slots", "reset_limit", "cooldown_range",
             "host_discovery_script", "min_np", "max_np", "elastic_timeout")
@@ -62,35 +62,6 @@ def _host_list(hosts):
     if not entries:
         raise ValueError("hosts names no host: %r" % (hosts,))
     return ",".join(entries)
-
-
-def _hostfile_hosts(path):
-    """Horovod's hostfile: "<host> slots=<n>" per line, # comments; ValueError when a line is
-    not that, or no line names a host."""
-    hosts = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            words = line.split("#", 1)[0].split()
-            if not words:
-                continue
-            slots = 1
-            for w in words[1:]:
-                if not w.startswith("slots=") or not w[len("slots="):].isdigit() or \
-                        int(w[len("slots="):]) < 1:
-                    raise ValueError("hostfile %s line %d: %r is not '<host> slots=<n>' with n "
-                                     "at least 1" % (path, number, line.strip()))
-                slots = int(w[len("slots="):])
-            host = words[0].rsplit("]", 1)[-1]
-            if host.count(":") > 1:
-                raise ValueError("hostfile %s line %d: write the IPv6 address %s in brackets "
-                                 "([%s] slots=<n>)" % (path, number, words[0], words[0]))
-            if ":" in host:
-                raise ValueError("hostfile %s line %d: write '%s' as '<host> slots=<n>'"
-                                 % (path, number, words[0]))
-            hosts.append("%s:%d" % (words[0], slots))
-    if not hosts:
-        raise ValueError("hostfile %s names no host" % path)
-    return ",".join(hosts)
 
 
 def _ssh_port(port):
@@ -281,7 +252,7 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     if hosts and hostfile:
         raise ValueError("Argument hosts and hostfile only allow one provided.")
     if hostfile:
-        hosts = _hostfile_hosts(hostfile)
+        hosts = _core.read_hostfile(hostfile)  # hvd-driver --hostfile's reader
     elif hosts:
         hosts = _host_list(hosts)
     ssh_port = _ssh_port(ssh_port)

@@ -80,6 +80,40 @@ static void test_hostspec(void) {
     }
 }
 
+/* Horovod's hostfile: comments, blank lines, CR LF, default and explicit slots, brackets; each
+ * malformed line refused with the line and what to write. */
+static void test_hostfile(void) {
+    hvd_err err;
+    char *hosts = NULL;
+    const char *good = "# hosts\n\nlocalhost slots=2 # two\n h2\t slots=3\r\n[fe80::1] slots=1\nh4";
+    CHECK(hvd_hostfile_parse(good, strlen(good), "F", &hosts, &err) == 0);
+    CHECK_MSG(hosts && !strcmp(hosts, "localhost:2,h2:3,[fe80::1]:1,h4:1"), "%s", hosts);
+    free(hosts);
+    const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"", "hostfile F names no host"},
+        {"# none\n  \n", "hostfile F names no host"},
+        {"h1 slots=2\nh2:1\n", "hostfile F line 2: write 'h2:1' as '<host> slots=<n>'"},
+        {"h1 slots=two", "line 1: 'h1 slots=two' is not '<host> slots=<n>' with n at least 1"},
+        {"h1 slots=0", "line 1: 'h1 slots=0' is not"},
+        {"h1 slots=", "line 1: 'h1 slots=' is not"},
+        {"h1 slots=99999999999", "is not '<host> slots=<n>'"},
+        {"h1 max_slots=8 # mpirun's", "line 1: 'h1 max_slots=8' is not"},
+        {"::1 slots=2", "write the IPv6 address ::1 in brackets ([::1] slots=<n>)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        hosts = (char *)"unset";
+        CHECK_MSG(hvd_hostfile_parse(bad[i].text, strlen(bad[i].text), "F", &hosts, &err) == -1,
+                  "'%s' accepted", bad[i].text);
+        CHECK_MSG(hosts == NULL && err.code == HVD_E_INVALID && strstr(err.msg, bad[i].says),
+                  "'%s': %s", bad[i].text, err.msg);
+    }
+    CHECK(hvd_hostfile_read("/nonexistent/hostfile", &hosts, &err) == -1);
+    CHECK_MSG(err.code == HVD_E_IO && strstr(err.msg, "cannot read hostfile /nonexistent/hostfile"),
+              "%s", err.msg);
+}
+
 static void test_clock(void) {
     int64_t a = hvd_now_ms(), ns = hvd_now_ns();
     CHECK(a > 0 && ns / 1000000 >= a);
@@ -277,6 +311,7 @@ static void test_loop(void) {
 int main(void) {
     RUN(test_strv);
     RUN(test_hostspec);
+    RUN(test_hostfile);
     RUN(test_clock);
     RUN(test_remove_tree);
     RUN(test_signals);

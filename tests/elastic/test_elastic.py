@@ -540,7 +540,7 @@ def test_horovodrun_flags():
         with open(hostfile, "w") as f:
             f.write("localhost slots=two\n")
         # More ranks than -H localhost:N's slots are refused too, as for ssh hosts.
-        for hosts, env, says in ((["--hostfile", hostfile], {}, "--hostfile slots= must be a whole number"),
+        for hosts, env, says in ((["--hostfile", hostfile], {}, "line 1: 'localhost slots=two' is not '<host> slots=<n>'"),
                                  (["-H", "localhost:2"], {"HOROVOD_ELASTIC_TIMEOUT": "10x"},
                                   "HOROVOD_ELASTIC_TIMEOUT must be a whole number"),
                                  (["-H", "localhost:1"], {}, "-np 2 is more than the 1 slots of -H localhost:1"),
