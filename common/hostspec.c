@@ -92,6 +92,10 @@ static int split_words(char *line, char **w, int max) {
 static int hostfile_line(hvd_strb *b, char **w, int n, const char *raw, const char *name,
                          int number, hvd_err *err) {
     long slots = 1;
+    if (strchr(w[0], '='))
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "hostfile %s line %d: '%s' names no host (write '<host> slots=<n>')",
+                           name, number, raw);
     for (int i = 1; i < n; i++) {
         const char *v = w[i] + 6;
         if (strncmp(w[i], "slots=", 6) != 0 ||

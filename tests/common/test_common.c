@@ -100,6 +100,7 @@ static void test_hostfile(void) {
         {"h1 slots=", "line 1: 'h1 slots=' is not"},
         {"h1 slots=99999999999", "is not '<host> slots=<n>'"},
         {"h1 max_slots=8 # mpirun's", "line 1: 'h1 max_slots=8' is not"},
+        {"slots=2", "line 1: 'slots=2' names no host (write '<host> slots=<n>')"},
         {"::1 slots=2", "write the IPv6 address ::1 in brackets ([::1] slots=<n>)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
