@@ -219,7 +219,7 @@ static void hosts_resized(const char *x, const char *y, char *out, size_t cap) {
 /* The reset line (or the first launch's): who left and came, why, the size, the commit. */
 static void say_launch(el_run *r, const char *hosts) {
     if (r->epoch == 1) {
-        progress(r, "elastic job: %zu ranks on %s", r->plan.n, hosts);
+        progress(r, "elastic job: %zu rank%s on %s", r->plan.n, r->plan.n == 1 ? "" : "s", hosts);
         return;
     }
     char left[512], came[512], resized[512], commit[96];
@@ -231,10 +231,10 @@ static void say_launch(el_run *r, const char *hosts) {
                  (unsigned long long)r->commit, r->holders, r->holders == 1 ? "" : "s");
     else
         snprintf(commit, sizeof commit, "no commit yet: starting from the beginning");
-    progress(r, "reset %d: %s; hosts left: %s; came: %s; %s%s%snow %zu ranks on %s; %s", r->resets,
+    progress(r, "reset %d: %s; hosts left: %s; came: %s; %s%s%snow %zu rank%s on %s; %s", r->resets,
              r->why, left[0] ? left : "none", came[0] ? came : "none",
-             resized[0] ? "slots changed: " : "", resized, resized[0] ? "; " : "", r->plan.n, hosts,
-             commit);
+             resized[0] ? "slots changed: " : "", resized, resized[0] ? "; " : "", r->plan.n,
+             r->plan.n == 1 ? "" : "s", hosts, commit);
 }
 
 /* mpirun's extra arguments for this launch: the user's, and the epoch for the ranks. */
@@ -554,9 +554,9 @@ int hvd_launch_elastic(hvd_driver *d, const hvd_launch_config *cfg, const hvd_el
         }
         if (ec->reset_limit >= 0 && ++r.resets > ec->reset_limit) {
             rc = hvd_err_set(err, HVD_E_STATE,
-                             "the job was reset %d times, more than --reset-limit %d allows; the "
-                             "last reset: %s",
-                             r.resets, ec->reset_limit, r.why);
+                             "the job was reset %d time%s, more than --reset-limit %d allows; "
+                             "the last reset: %s",
+                             r.resets, r.resets == 1 ? "" : "s", ec->reset_limit, r.why);
             break;
         }
         if (ec->reset_limit < 0) r.resets++;

@@ -92,7 +92,8 @@ static int task_store(uint64_t id, const void *state, size_t len, hvd_err *err) 
     if (len > HVD_ELASTIC_STATE_MAX)
         return hvd_err_set(err, HVD_E_INVALID,
                            "the state to commit is %.1f MiB (%zu bytes), over the %u MiB a task "
-                           "service keeps (HVD_ELASTIC_STATE_MAX): commit less, only what the "
+                           "service keeps (HVD_ELASTIC_STATE_MAX, fixed at build time): commit "
+                           "less, only what the "
                            "training cannot redo (the parameters, the optimizer's state, where "
                            "it is)",
                            (double)len / (1024.0 * 1024.0), len, HVD_ELASTIC_STATE_MAX >> 20);

@@ -2,12 +2,13 @@
 """hvd_bridge.torch.elastic on real elastic jobs (label python, torch, elastic):
 
   api        TorchState and @hvd.elastic.run outside an elastic job (one process): commit()
-             saves, restore() goes back to the last commit, sync() and check_host_updates()
-             work, the function runs once
+             saves, restore() goes back to the last commit (an LR scheduler's too), sync()
+             keeps the rank's own scheduler, check_host_updates() works, the function runs once
   kill       examples/python/train_elastic.py under `hvd-driver run -np 4 --min-np 2
              --max-np 4 --local 2`: both task services of one fake host SIGKILLed mid-run;
-             the job goes on with 2 ranks from the last commit (the reset callbacks run) and
-             its final model equals an undisturbed 4-rank run's
+             the job goes on with 2 ranks from the last commit (the reset callbacks run), its
+             LR warm-up goes on from there, and its final model equals an undisturbed 4-rank
+             run's
   grow       the same with a discovery script that adds a host mid-run: 2 ranks, then 4 at
              the next commit, the same final model
   too_large  a TorchState over the 60 MiB a task service keeps: every rank fails at its first
@@ -110,6 +111,17 @@ class Job:
         hvdtest.assert_no_leftovers(self.mark, 15)
 
 
+def check_schedule(lines):
+    """Every commit line's learning rate is the example's warm-up after that many steps (4 per
+    commit, lr 0.1): rank 0's scheduler still steps its own optimizer after the reset."""
+    commits = [dict(w.split("=", 1) for w in l[2:]) for l in lines if l[1] == "commit"]
+    check(commits and all("lr" in c for c in commits), "commit lines with lr: %s" % commits)
+    for c in commits:
+        want = 0.1 * min(1.0, (4 * int(c["id"]) + 1) / 20.0)
+        check(abs(float(c["lr"]) - want) < 1e-6, "commit %s: lr %s, the warm-up gives %g" % (
+            c["id"], c["lr"], want))
+
+
 def test_api():
     """The state's methods in one process, outside an elastic job."""
     code = r"""
@@ -118,7 +130,8 @@ hvd.init()
 m = torch.nn.Linear(2, 1)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
                                named_parameters=m.named_parameters())
-s = hvd.elastic.TorchState(model=m, optimizer=opt, epoch=3)
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+s = hvd.elastic.TorchState(model=m, optimizer=opt, epoch=3, lr_scheduler=sched)
 calls = []
 s.register_reset_callbacks([lambda: calls.append(1)])
 w0 = m.weight.detach().clone()
@@ -126,9 +139,17 @@ s.commit()
 with torch.no_grad():
     m.weight.add_(1.0)
 s.epoch = 7
+opt.step()
+sched.step()
+sched.step()
 s.restore()
 assert torch.equal(m.weight, w0) and s.epoch == 3, "restore() goes back to the commit"
+assert sched.last_epoch == 0 and opt.param_groups[0]["lr"] == 0.1, (
+    "restore() takes the scheduler back too", sched.last_epoch, opt.param_groups[0]["lr"])
 s.sync()
+assert s.lr_scheduler is sched and sched.optimizer is opt, "sync() keeps the rank's scheduler"
+sched.step()
+assert opt.param_groups[0]["lr"] == 0.05, ("the scheduler steps the optimizer", opt.param_groups)
 s.check_host_updates()
 ran = []
 @hvd.elastic.run
@@ -164,6 +185,7 @@ def test_kill():
             check([l[2] for l in starts] == ["size=4", "size=2"] and starts[1][3] != "commit=0",
                   "4 ranks, then 2 from a commit: %s" % starts)
             check(any(l[1] == "reset" for l in lines), "the reset callbacks ran: %s" % lines)
+            check_schedule(lines)
             same_model(load(job.out), ref)
         finally:
             job.close()
@@ -188,6 +210,7 @@ def test_grow():
                   err[-3000:])
             starts = [l[2] for l in log_lines(job.log) if l[1] == "start"]
             check(starts == ["size=2", "size=4"], "2 ranks, then 4: %s" % starts)
+            check_schedule(log_lines(job.log))
             same_model(load(job.out), ref)
         finally:
             job.close()
@@ -230,7 +253,7 @@ def test_too_large():
         says = ("hvd_bridge.torch.elastic: rank %d fails (a reset would not help): the state to "
                 "commit is 80.0 MiB (the model's state_dict 80.0 MiB, the optimizer's 0.0 MiB, "
                 "the keyword attributes 0.0 MiB), over the 60 MiB a task service keeps "
-                "(HVD_ELASTIC_STATE_MAX): the model's and the optimizer's state_dicts alone "
+                "(HVD_ELASTIC_STATE_MAX, fixed at build time): the model's and the optimizer's state_dicts alone "
                 "are over it, so they cannot be kept across resets: train a smaller model")
         for r in (0, 1):
             check(says % r in err, "rank %d's line:\n%s" % (r, err[-4000:]))

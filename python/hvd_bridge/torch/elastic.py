@@ -139,7 +139,7 @@ class State:
             what = ("commit less: keep data sets, caches and other large objects out of the "
                     "state's keyword attributes")
         return ("the state to commit is %s%s, over the %d MiB a task service keeps "
-                "(HVD_ELASTIC_STATE_MAX): %s" % (
+                "(HVD_ELASTIC_STATE_MAX, fixed at build time): %s" % (
                     _mib(nbytes), " (%s)" % parts if parts else "", limit >> 20, what))
 
     def _restore_committed(self):
@@ -220,9 +220,19 @@ class _OptimizerHandler(_Handler):
                                   model=torch.nn.ModuleList(models) if models else None)
 
 
-class _SamplerHandler(_Handler):
+class _StateDictHandler(_Handler):
+    """An ElasticSampler or an LR scheduler: rank 0's state_dict, loaded into each rank's own
+    object (a broadcast copy of a scheduler would step a copy of the optimizer)."""
+
     def sync(self, state):
         self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+
+
+def _scheduler_types():
+    from torch.optim import lr_scheduler
+    return tuple(t for t in (getattr(lr_scheduler, "LRScheduler", None),
+                             getattr(lr_scheduler, "_LRScheduler", None),
+                             lr_scheduler.ReduceLROnPlateau) if t is not None)
 
 
 def _handler(value):
@@ -230,8 +240,8 @@ def _handler(value):
         return _ModelHandler(value)
     if isinstance(value, torch.optim.Optimizer):
         return _OptimizerHandler(value)
-    if isinstance(value, ElasticSampler):
-        return _SamplerHandler(value)
+    if isinstance(value, (ElasticSampler,) + _scheduler_types()):
+        return _StateDictHandler(value)
     return None
 
 
@@ -291,9 +301,11 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 class TorchState(ObjectState):
     """Models, optimizers and keyword attributes (Horovod's TorchState): every argument that is
-    a torch.nn.Module, a torch.optim.Optimizer or an ElasticSampler (model, optimizer, or any
-    keyword: a GAN's two models and two optimizers) is saved, restored and synced through its
-    state_dict; the other keyword arguments as ObjectState's attributes."""
+    a torch.nn.Module, a torch.optim.Optimizer, an LR scheduler or an ElasticSampler (model,
+    optimizer, or any keyword: a GAN's two models and two optimizers, lr_scheduler=sched) is
+    saved, restored and synced through its state_dict, so each rank keeps its own object (a
+    scheduler keeps stepping the optimizer it was made for); the other keyword arguments as
+    ObjectState's attributes."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
