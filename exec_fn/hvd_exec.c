@@ -358,6 +358,16 @@ static bool stop_or_kill(int sig, pid_t sender, char *error, size_t cap) {
     return stop;
 }
 
+/* The name of the program argv runs, for messages: for a shell's `sh -c COMMAND NAME` the NAME
+ * (the shell's $0, what the command calls itself: hvd_bridge's ranks are `sh -c 'exec
+ * "$HVD_PYTHON" ...' python`), else argv[0]. */
+static const char *program_name(const hvd_strv *argv) {
+    const char *base = strrchr(argv->v[0], '/') ? strrchr(argv->v[0], '/') + 1 : argv->v[0];
+    bool shell = !strcmp(base, "sh") || !strcmp(base, "bash") || !strcmp(base, "dash");
+    if (shell && argv->n >= 4 && !strcmp(argv->v[1], "-c") && argv->v[3][0]) return argv->v[3];
+    return argv->v[0];
+}
+
 /* The error text of a program that failed: how it ended and its last line on stderr. */
 static void program_error(const char *prog, int status, const tail *t, char *error, size_t cap) {
     char last[512];
@@ -495,7 +505,7 @@ static int run_program(const rank_info *ri, hvd_code_msg *code, int sig_fd, int 
     if (o.stop_signal && *status != 0)
         *stopped = stop_or_kill(o.stop_signal, o.stop_sender, res->error, sizeof res->error);
     else if (*status != 0 && !res->error[0])
-        program_error(code->argv.v[0], *status, &o.t, res->error, sizeof res->error);
+        program_error(program_name(&code->argv), *status, &o.t, res->error, sizeof res->error);
     if (o.too_big && *status == 0) {
         *status = 1;
         snprintf(res->error, sizeof res->error,

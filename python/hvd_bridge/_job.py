@@ -33,13 +33,15 @@ class RankOutcome:
     """One rank's outcome as the driver saw it."""
 
     __slots__ = ("rank", "task", "host", "present", "status", "error", "order", "stopped",
-                 "value", "exc_type", "exc_message", "remote_traceback", "no_result")
+                 "value", "exc_type", "exc_message", "remote_traceback", "no_result",
+                 "unreadable")
 
     def __init__(self, row):
         (self.rank, self.task, self.host, self.present, self.status, data, self.error,
          self.order, self.stopped) = row
         self.value = None
         self.exc_type = self.exc_message = self.remote_traceback = None
+        self.unreadable = None  # why this process could not unpickle what the rank sent
         # Every rank of ours writes ("ok", value) or ("error", ...): nothing means the process
         # ended without getting there (os._exit(0), or exec of another program).
         self.no_result = bool(self.present and not data and self.status == 0)
@@ -47,6 +49,7 @@ class RankOutcome:
             try:
                 kind, *rest = pickle.loads(data)
             except Exception as e:  # not ours, or a class the driver cannot import
+                self.unreadable = "%s: %s" % (type(e).__name__, e)
                 kind, rest = "error", ["UnpicklingError", str(e), ""]
             if kind == "ok":
                 self.value = rest[0]
@@ -123,7 +126,8 @@ def rank_argv(executable):
     service names in $HVD_PYTHON (the Python of the process it runs in), else python3."""
     if executable:
         return [executable] + RANK_MODULE
-    return ["/bin/sh", "-c", 'exec "${HVD_PYTHON:-python3}" ' + " ".join(RANK_MODULE)]
+    # "python": the shell's $0, the name hvd-exec gives the program in a rank's failure
+    return ["/bin/sh", "-c", 'exec "${HVD_PYTHON:-python3}" ' + " ".join(RANK_MODULE), "python"]
 
 
 def only_mpi(use_gloo, use_mpi):
@@ -198,6 +202,12 @@ def values_or_raise(rows, mpirun_status, stop_reason=None, failure=None, first_f
             bad.remote_traceback)
     elif failure:
         msg = failure
+    elif any(o.unreadable for o in outcomes):
+        bad = next(o for o in outcomes if o.unreadable)
+        msg = ("rank %d (task %d on %s) returned a value this process cannot unpickle: %s "
+               "(return values of types this process can import: plain Python values, tensors, "
+               "or classes of modules installed here)" % (bad.rank, bad.task, bad.host or "?",
+                                                          bad.unreadable))
     elif any(o.no_result for o in outcomes):
         bad = next(o for o in outcomes if o.no_result)
         msg = ("rank %d (task %d on %s) exited with status 0 without returning a result "

@@ -114,6 +114,67 @@ def slots_case(hs, sc, num_proc):
                                        if t.name == "hvd-bridge spark"]})
 
 
+def busy_case(hs, sc, num_proc):
+    """Another job holds a task slot: the barrier stage cannot start, and run raises soon after
+    start_timeout with what to do (it waited 30 s more for a stage that could not end, and
+    asked about hvd-task's --driver)."""
+    import threading
+    started = threading.Event()
+
+    def blocker():
+        sc.setJobGroup("hvd-test-blocker", "holds a slot", interruptOnCancel=True)
+        started.set()
+        try:
+            sc.range(0, 1, numSlices=1).map(lambda x: time.sleep(300)).collect()
+        except Exception:  # noqa: BLE001 - cancelled below
+            pass
+
+    t = threading.Thread(target=blocker, daemon=True)
+    t.start()
+    started.wait(30)
+    deadline = time.time() + 60
+    while not sc.statusTracker().getActiveJobsIds() and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # its task is running
+    t0 = time.time()
+    try:
+        hs.run(ranked, args=(1,), num_proc=num_proc, start_timeout=5, stdout=io.StringIO(),
+               stderr=io.StringIO())
+        raised = None
+    except Exception as e:  # noqa: BLE001 - what it raised is the case's result
+        raised = "%s: %s" % (type(e).__name__, e)
+    seconds = time.time() - t0
+    sc.cancelJobGroup("hvd-test-blocker")
+    t.join(60)
+    report("busy", {"raised": raised, "seconds": seconds})
+
+
+def cancel_case(hs, sc, num_proc):
+    """The Spark job cancelled while the ranks run (sc.cancelAllJobs, the UI's kill): one line
+    with Spark's reason, not py4j's text and the Java stack."""
+    import tempfile
+    import threading
+    d = tempfile.mkdtemp(prefix="hvd-cancel.")
+
+    def cancel():
+        deadline = time.time() + 120
+        while time.time() < deadline and sum(f.startswith("started.")
+                                             for f in os.listdir(d)) < num_proc:
+            time.sleep(0.1)
+        sc.cancelAllJobs()
+
+    threading.Thread(target=cancel, daemon=True).start()
+    try:
+        hs.run(hangs, args=(d,), num_proc=num_proc, stdout=io.StringIO(), stderr=io.StringIO())
+        raised = None
+    except Exception as e:  # noqa: BLE001 - what it raised is the case's result
+        raised = "%s: %s" % (type(e).__name__, e)
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    os.rmdir(d)
+    report("cancel", {"raised": raised})
+
+
 def report(name, value):
     print("CASE %s %s" % (name, json.dumps(value)), flush=True)
 
@@ -162,11 +223,14 @@ def main():
     except hvd_bridge.JobError as e:
         report("exception", {"raised": True, "type": type(e).__name__, "rank": e.rank,
                              "task": e.task, "host": e.host, "message": str(e),
-                             "traceback": e.remote_traceback, "stderr": err.getvalue()})
+                             "traceback": e.remote_traceback, "stderr": err.getvalue(),
+                             "rank_errors": [o.error for o in e.results]})
     # The job after a failure runs as usual.
     report("again", {"values": hs.run(ranked, args=(1,), num_proc=num_proc)})
     refused_case(hs, num_proc)
     slots_case(hs, sc, num_proc)
+    busy_case(hs, sc, num_proc)
+    cancel_case(hs, sc, num_proc)
     interrupt_case(hs, num_proc)
     if train:
         train_case(hs)

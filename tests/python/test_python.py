@@ -20,6 +20,7 @@ Cases:
   init_in_caller  a caller that called hvd.init() itself (a notebook) still runs jobs
   terminated   SIGTERM to a program in hvd_bridge.run stops the job, removes its files and ends
                the program by SIGTERM
+  unreadable_result  a return value the caller cannot unpickle names the rank and why
   bad_args     wrong arguments give clear errors before anything starts
 and after every case: no process of the job is left, nothing left in TMPDIR or /dev/shm.
 
@@ -138,6 +139,8 @@ def test_exception():
                     err.getvalue()), "hvd-driver names rank 2: %s" % err.getvalue()[-2000:])
     check(len(exc.results) == 4 and exc.results[2].exc_type == "ValueError",
           "every rank's outcome: %r" % exc.results)
+    check(exc.results[2].error.startswith("%s exited with status 1: " % sys.executable),
+          "rank 2's error names its program: %r" % exc.results[2].error)
 
 
 def talk(lines):
@@ -340,6 +343,37 @@ def test_no_result():
         except hvd_bridge.JobError as e:
             check(e.rank == 1 and "exited with status 0 without returning a result" in str(e),
                   "the error names rank 1: %s" % e)
+        else:
+            raise Failure("taken as a success: %r" % (got,))
+
+
+def returns_rank_only_class():
+    """Rank 1 returns an instance of a class from a module only the ranks have."""
+    import importlib.machinery
+    import os as _os
+    import sys as _sys
+    import types
+    if _os.environ["RANK"] != "1":
+        return "plain"
+    m = types.ModuleType("rank_only_mod")
+    m.__spec__ = importlib.machinery.ModuleSpec("rank_only_mod", None, origin="/x/rank_only_mod.py")
+    exec("class Thing:\n    pass\n", m.__dict__)
+    _sys.modules["rank_only_mod"] = m
+    return m.Thing()
+
+
+def test_unreadable_result():
+    """A value the caller cannot unpickle (its class is in a module only the ranks import) is a
+    failure naming the rank and the import error; it read "mpirun exited with status 0"."""
+    import hvd_bridge
+    with Job():
+        try:
+            got = hvd_bridge.run(returns_rank_only_class, np=2)
+        except hvd_bridge.JobError as e:
+            check(e.rank == 1 and re.match(
+                r"rank 1 \(task 1 on \S+\) returned a value this process cannot unpickle: "
+                r"ModuleNotFoundError: No module named 'rank_only_mod' \(", str(e)),
+                "the error names rank 1 and the module: %s" % e)
         else:
             raise Failure("taken as a success: %r" % (got,))
 

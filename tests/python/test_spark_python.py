@@ -12,7 +12,8 @@ application, runs on
 and in each: a function with args and kwargs returns the values in rank order, its output
 reaches an io.StringIO with the rank prefixes, each rank runs under its Spark task's Python
 worker; a function that raises on rank 2 gives a JobError naming rank 2, its task and host,
-with its traceback; a job after that failure runs as usual; Ctrl-C (SIGINT) while the ranks
+with its traceback; a job after that failure runs as usual; a task slot held by another job
+fails the job soon after start_timeout, saying so; a cancelled Spark job is one line; Ctrl-C (SIGINT) while the ranks
 run raises KeyboardInterrupt once the job is down, and a job after it runs; on the standalone cluster each
 rank gets its task's Spark GPU (CUDA_VISIBLE_DEVICES, HVD_GPUS); on the local cluster, an MLP trained
 with hvd_bridge.torch's DistributedOptimizer on 1, 2 and 4 ranks reaches the same parameters
@@ -118,6 +119,9 @@ def check_cases(rc, cases, output):
     check(re.match(r"^rank 2 \(task \d+ on \S+\) raised ValueError: rank two fails on purpose",
                    e.get("message", "")), "the message: %r" % e.get("message"))
     check("fails_on_two" in (e.get("traceback") or ""), "the remote traceback: %r" % e)
+    # hvd-exec names the program python, not the /bin/sh that starts the worker's ($HVD_PYTHON).
+    check((e.get("rank_errors") or [""] * 3)[2].startswith("python exited with status 1: "),
+          "rank 2's error names python: %r" % e.get("rank_errors"))
     check([x["rank"] for x in cases.get("again", {}).get("values", [])] == list(range(NUM_PROC)),
           "a job after the failure: %r" % cases.get("again"))
     errors = cases.get("refused", {}).get("errors") or [None] * 3
@@ -132,6 +136,18 @@ def check_cases(rc, cases, output):
           "more ranks than task slots is refused after start_timeout: %r" % sl)
     check(sl.get("active_jobs") == [] and sl.get("spark_threads") == [],
           "no Spark job or thread left after it: %r" % sl)
+    b = cases.get("busy", {})
+    check(re.match(r"JobError: timed out after \d+ ms waiting for tasks to register: .*: not all "
+                   r"of the job's %d Spark tasks started \(a barrier stage runs them at once\): "
+                   r"other jobs may hold" % NUM_PROC, b.get("raised") or "") and
+          "hvd-task" not in b["raised"], "a slot held by another job: %r" % b)
+    # The stage that could not start is cancelled at once (it was waited for 30 s first).
+    check(b.get("seconds", 99) < 5 + 20, "raised %.1f s after the call" % b.get("seconds", 99))
+    c = cases.get("cancel", {})
+    check(re.match(r"JobError: the job was stopped: the Spark job failed: Job \d+ cancelled",
+                   c.get("raised") or "") and "\n" not in c["raised"] and
+          "An error occurred while calling" not in c["raised"],
+          "a cancelled Spark job in one line: %r" % c)
     i = cases.get("interrupt", {})
     check(i.get("raised") == "KeyboardInterrupt",
           "Ctrl-C while the ranks run raises KeyboardInterrupt once the job is down: %r" % i)

@@ -19,6 +19,8 @@ _WAIT_TICK_S = 0.2  # the driver thread wakes this often, so that Ctrl-C gets th
 # How the executor check's error begins (the driver finds it in the Spark job's failure).
 _NO_DAEMON = "hvd_bridge: the executor on host "
 _NO_DAEMON_LINE = re.compile(r"(%s[^\n]*)" % re.escape(_NO_DAEMON))
+# A Java exception's line in py4j's text: ": org.apache.spark.SparkException: Job 0 cancelled"
+_JAVA_EXCEPTION_LINE = re.compile(r"^:?\s*(?:[\w$]+\.)+[\w$]*(?:Exception|Error): (.+)")
 # Open MPI's and PRRTE's launch agent (the daemon's command) set through the environment.
 _LAUNCH_AGENT_VARS = ("OMPI_MCA_orte_launch_agent", "OMPI_MCA_prte_launch_agent",
                       "PRTE_MCA_prte_launch_agent")
@@ -132,12 +134,23 @@ class _SparkJob(threading.Thread):
             rdd = rdd.barrier() if self.barrier else rdd
             rdd.mapPartitionsWithIndex(self.task_fn).collect()
         except Exception as e:  # noqa: BLE001 - any Spark failure ends the job
-            self.error = e
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.error = _spark_error_line(e)
             m = _NO_DAEMON_LINE.search(str(e))
             if m:
-                first = self.executor_problem = m.group(1).strip()
-            self.driver.abort("the Spark job failed: %s" % first[:600])
+                self.error = self.executor_problem = m.group(1).strip()
+            self.driver.abort("the Spark job failed: %s" % self.error)
+
+
+def _spark_error_line(e):
+    """The line of a Spark failure that says what happened, at most 600 characters: for py4j's
+    Py4JJavaError the Java exception's message ("Job 0 cancelled as part of cancellation of all
+    jobs"), not py4j's first line ("An error occurred while calling ...") and the stack."""
+    text = str(e).strip()
+    for line in text.splitlines():
+        m = _JAVA_EXCEPTION_LINE.match(line)
+        if m:
+            return m.group(1).strip()[:600]
+    return (text.splitlines()[0] if text else type(e).__name__)[:600]
 
 
 def _task_slots(sc):
@@ -324,11 +337,27 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_np=None, max_np=Non
         stderr_fd=err.fd)[0])
 
 
+def _not_started(why, spark, sc):
+    """The error for Spark tasks that did not all start in time, from the driver's sentence
+    (its question about hvd-task's --driver is for task services started by hand)."""
+    why = why.split(": are the executors running hvd-task")[0]
+    num_proc, slots = spark.num_proc, sc.defaultParallelism
+    if num_proc > slots and spark.barrier:
+        return ("%s (%d Spark tasks must run at once, and the application has %d task slots "
+                "(spark.default.parallelism): start more executors or ask for fewer ranks)" % (
+                    why, num_proc, slots))
+    return ("%s: not all of the job's %d Spark tasks started%s: other jobs may hold the "
+            "application's %d task slots; wait for them, ask for fewer ranks, or give a longer "
+            "start_timeout" % (why, num_proc, " (a barrier stage runs them at once)"
+                               if spark.barrier else "", slots))
+
+
 def _drive(sc, group, spark, driver, out, err, launch):
     """Starts the Spark stage of task services, runs launch() (-> mpirun's status) and returns
     the ranks' values, or raises naming what failed first; then ends the tasks, the stage
     (cancelled if it does not end by itself), the driver and the output forwarders."""
     spark.start()
+    never_started = False
     try:
         status = launch()
         reason = "the Spark job failed: %s" % spark.error if spark.error else None
@@ -339,16 +368,14 @@ def _drive(sc, group, spark, driver, out, err, launch):
             raise _job.JobError("the Spark job failed: %s" % spark.executor_problem) from e
         if spark.error is not None:
             raise _job.JobError("%s (the Spark job failed: %s)" % (e, spark.error)) from e
-        slots = sc.defaultParallelism
         never_started = str(e).startswith("timed out") and "to register" in str(e)
-        if never_started and spark.num_proc > slots:
-            raise _job.JobError("%s (%d Spark tasks must run at once, and the application has "
-                                "%d task slots (spark.default.parallelism): start more "
-                                "executors or ask for fewer ranks)" % (e, spark.num_proc, slots)
-                                ) from e
+        if never_started:
+            raise _job.JobError(_not_started(str(e), spark, sc)) from e
         raise
     finally:
         driver.shutdown_tasks()
+        if never_started:  # tasks still waiting for a slot cannot end by themselves
+            sc.cancelJobGroup(group)
         spark.join(30)
         if spark.is_alive():
             sc.cancelJobGroup(group)
