@@ -78,6 +78,12 @@ int hvd_hostspec_parse(const char *s, size_t len, const char *what, long min, lo
 
 /* ---- hostfiles ---------------------------------------------------------------------------- */
 
+/* s for a message: at most 80 characters, "..." marking a cut. */
+static const char *quoted(const char *s, char *buf, size_t cap) {
+    snprintf(buf, cap, "%.80s%s", s, strlen(s) > 80 ? "..." : "");
+    return buf;
+}
+
 /* One line's words, cut at '#'. Returns the number found (at most max). */
 static int split_words(char *line, char **w, int max) {
     line[strcspn(line, "#")] = '\0';
@@ -88,60 +94,88 @@ static int split_words(char *line, char **w, int max) {
     return n;
 }
 
-/* "host slots=n" of one line (words w[0..n), n >= 1) appended to b as "host:n". */
-static int hostfile_line(hvd_strb *b, char **w, int n, const char *raw, const char *name,
-                         int number, hvd_err *err) {
-    long slots = 1;
-    if (strchr(w[0], '='))
+/* The host word w0 of a line: refused with what to write, or 0. */
+static int hostfile_host(const char *w0, const char *at, hvd_err *err) {
+    char q[96];
+    if (strchr(w0, '='))
+        return hvd_err_set(err, HVD_E_INVALID, "%s: '%s' names no host (write '<host> slots=<n>')",
+                           at, quoted(w0, q, sizeof q));
+    if (strchr(w0, ','))
         return hvd_err_set(err, HVD_E_INVALID,
-                           "hostfile %s line %d: '%s' names no host (write '<host> slots=<n>')",
-                           name, number, raw);
-    for (int i = 1; i < n; i++) {
-        const char *v = w[i] + 6;
-        if (strncmp(w[i], "slots=", 6) != 0 ||
-            parse_number(v, strlen(v), 1, HVD_HOSTFILE_MAX_SLOTS, &slots) != 0)
-            return hvd_err_set(err, HVD_E_INVALID,
-                               "hostfile %s line %d: '%s' is not '<host> slots=<n>' with n at "
-                               "least 1",
-                               name, number, raw);
-    }
-    const char *host = strrchr(w[0], ']') ? strrchr(w[0], ']') + 1 : w[0];
+                           "%s: '%s' holds a comma: write one '<host> slots=<n>' per line", at,
+                           quoted(w0, q, sizeof q));
+    const char *host = strrchr(w0, ']') ? strrchr(w0, ']') + 1 : w0;
     const char *colon = strchr(host, ':');
     if (colon && strchr(colon + 1, ':'))
         return hvd_err_set(err, HVD_E_INVALID,
-                           "hostfile %s line %d: write the IPv6 address %s in brackets ([%s] "
-                           "slots=<n>)",
-                           name, number, w[0], w[0]);
+                           "%s: write the IPv6 address %s in brackets ([%s] slots=<n>)", at,
+                           quoted(w0, q, sizeof q), q);
     if (colon)
-        return hvd_err_set(err, HVD_E_INVALID,
-                           "hostfile %s line %d: write '%s' as '<host> slots=<n>'", name, number,
-                           w[0]);
+        return hvd_err_set(err, HVD_E_INVALID, "%s: write '%s' as '<host> slots=<n>'", at,
+                           quoted(w0, q, sizeof q));
+    hvd_hostspec hs;
+    hvd_err why;
+    if (hvd_hostspec_parse(w0, strlen(w0), "slots", 1, HVD_HOST_MAX_SLOTS, &hs, &why) != 0)
+        return hvd_err_set(err, HVD_E_INVALID, "%s: %s", at, why.msg);
+    return 0;
+}
+
+/* "host slots=n" of one line (words w[0..n), n >= 1) appended to b as "host:n". */
+static int hostfile_line(hvd_strb *b, char **w, int n, const char *raw, const char *at,
+                         hvd_err *err) {
+    long slots = 1;
+    char q[96];
+    if (hostfile_host(w[0], at, err) != 0) return -1;
+    for (int i = 1; i < n; i++) {
+        const char *v = w[i] + 6;
+        if (strncmp(w[i], "slots=", 6) != 0 ||
+            parse_number(v, strlen(v), 1, HVD_HOST_MAX_SLOTS, &slots) != 0)
+            return hvd_err_set(err, HVD_E_INVALID,
+                               "%s: '%s' is not '<host> slots=<n>' with n from 1 to %d", at,
+                               quoted(raw, q, sizeof q), HVD_HOST_MAX_SLOTS);
+    }
     hvd_strb_addf(b, "%s:%ld", w[0], slots);
     return 0;
 }
 
+/* One line's text for messages: the comment cut off, a carriage return made a space, no
+ * trailing white space. */
+static void line_text(char *raw) {
+    raw[strcspn(raw, "#")] = '\0';
+    for (char *c = raw; (c = strchr(c, '\r')) != NULL;)
+        *c = ' ';
+    for (size_t k = strlen(raw); k > 0 && strchr(" \t\v\f", raw[k - 1]); k--)
+        raw[k - 1] = '\0';
+}
+
 int hvd_hostfile_parse(const char *text, size_t len, const char *name, char **out, hvd_err *err) {
     *out = NULL;
+    if (memchr(text, '\0', len))
+        return hvd_err_set(err, HVD_E_INVALID,
+                           "hostfile %s holds a NUL byte (saved as UTF-16?): save it as plain "
+                           "text",
+                           name);
+    if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) { /* a UTF-8 byte order mark */
+        text += 3;
+        len -= 3;
+    }
     hvd_strb b = {0};
     int rc = 0, number = 0;
-    for (const char *p = text, *end = text + len; !rc && p < end; number++) {
+    for (const char *p = text, *end = text + len; !rc && p < end;) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = (size_t)((nl ? nl : end) - p);
-        char *line = strndup(p, n), *raw = strndup(p, n), *w[64];
+        char *line = strndup(p, n), *raw = strndup(p, n), *w[64], at[600];
         p = nl ? nl + 1 : end;
+        snprintf(at, sizeof at, "hostfile %s line %d", name, ++number);
         if (!line || !raw) {
             rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory reading hostfile %s", name);
         } else {
-            raw[strcspn(raw, "#\r")] = '\0';
-            for (size_t k = strlen(raw); k > 0 && strchr(" \t\v\f", raw[k - 1]); k--)
-                raw[k - 1] = '\0';
+            line_text(raw);
             int words = split_words(line, w, 64);
             if (words == 64)
-                rc = hvd_err_set(err, HVD_E_INVALID,
-                                 "hostfile %s line %d: '%.80s...' is not '<host> slots=<n>'", name,
-                                 number + 1, raw);
+                rc = hvd_err_set(err, HVD_E_INVALID, "%s is not '<host> slots=<n>'", at);
             else if (words > 0)
-                rc = hostfile_line(&b, w, words, raw, name, number + 1, err);
+                rc = hostfile_line(&b, w, words, raw, at, err);
         }
         free(line);
         free(raw);
@@ -157,37 +191,46 @@ int hvd_hostfile_parse(const char *text, size_t len, const char *name, char **ou
 
 #define HOSTFILE_MAX_BYTES (16 << 20)
 
+/* A failure to read: HVD_E_IO with errno left as the system call set it. */
+static int read_failed(hvd_err *err, const char *path) {
+    int e = errno;
+    hvd_err_set(err, HVD_E_IO, "cannot read hostfile %s: %s", path, strerror(e));
+    errno = e;
+    return -1;
+}
+
 int hvd_hostfile_read(const char *path, char **out, hvd_err *err) {
     *out = NULL;
     FILE *f = fopen(path, "r");
-    if (!f) return hvd_err_set(err, HVD_E_IO, "cannot read hostfile %s: %s", path, strerror(errno));
+    if (!f) return read_failed(err, path);
     char *text = NULL;
     size_t len = 0, cap = 0;
     int rc = 0;
     for (;;) {
-        if (len >= HOSTFILE_MAX_BYTES) {
-            rc = hvd_err_set(err, HVD_E_INVALID, "hostfile %s is larger than %d MiB", path,
-                             HOSTFILE_MAX_BYTES >> 20);
-            break;
-        }
-        if (len + 4096 > cap) {
-            char *t = realloc(text, cap = cap ? cap * 2 : 8192);
+        if (len == cap) {
+            char *t = realloc(text, cap ? cap * 2 : 8192);
             if (!t) {
                 rc = hvd_err_set(err, HVD_E_INTERNAL, "out of memory reading hostfile %s", path);
                 break;
             }
             text = t;
+            cap = cap ? cap * 2 : 8192;
         }
         size_t n = fread(text + len, 1, cap - len, f);
         len += n;
+        if (len > HOSTFILE_MAX_BYTES) {
+            rc = hvd_err_set(err, HVD_E_INVALID, "hostfile %s is larger than %d MiB", path,
+                             HOSTFILE_MAX_BYTES >> 20);
+            break;
+        }
         if (n == 0) {
-            if (ferror(f))
-                rc = hvd_err_set(err, HVD_E_IO, "cannot read hostfile %s: %s", path,
-                                 strerror(errno));
+            if (ferror(f)) rc = read_failed(err, path);
             break;
         }
     }
+    int saved = errno;
     fclose(f);
+    errno = saved;
     if (!rc) rc = hvd_hostfile_parse(text ? text : "", len, path, out, err);
     free(text);
     return rc ? -1 : 0;

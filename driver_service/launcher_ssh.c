@@ -175,7 +175,7 @@ static int parse_hosts(const char *list, ssh_host **out, hvd_err *err) {
         size_t len = strcspn(e, ",");
         if (len == 0) continue;
         hvd_hostspec hs;
-        if (hvd_hostspec_parse(e, len, "slots", 1, 4096, &hs, err) != 0 ||
+        if (hvd_hostspec_parse(e, len, "slots", 1, HVD_HOST_MAX_SLOTS, &hs, err) != 0 ||
             strlen(hs.user) >= sizeof hosts[k].user || strlen(hs.host) >= sizeof hosts[k].name) {
             if (err && !err->msg[0]) hvd_err_set(err, HVD_E_INVALID, "host name too long");
             hvd_err_prefix(err, "--ssh-hosts: ");
@@ -595,7 +595,7 @@ int ssh_tasks_add_host(ssh_tasks *st, const char *name, int first, int n, hvd_er
     ssh_host *h = &st->hosts[st->nhosts];
     memset(h, 0, sizeof *h);
     hvd_hostspec hs;
-    if (hvd_hostspec_parse(name, strlen(name), "slots", 1, 4096, &hs, err) != 0 ||
+    if (hvd_hostspec_parse(name, strlen(name), "slots", 1, HVD_HOST_MAX_SLOTS, &hs, err) != 0 ||
         strlen(hs.user) >= sizeof h->user || strlen(hs.host) >= sizeof h->name || !hs.host[0])
         return err->msg[0] ? -1 : hvd_err_set(err, HVD_E_INVALID, "host name too long");
     snprintf(h->user, sizeof h->user, "%s", hs.user);

@@ -360,12 +360,15 @@ static bool stop_or_kill(int sig, pid_t sender, char *error, size_t cap) {
 
 /* The name of the program argv runs, for messages: for a shell's `sh -c COMMAND NAME` the NAME
  * (the shell's $0, what the command calls itself: hvd_bridge's ranks are `sh -c 'exec
- * "$HVD_PYTHON" ...' python`), else argv[0]. */
+ * "$HVD_PYTHON" ...' python`) unless it is a placeholder, else argv[0]. */
 static const char *program_name(const hvd_strv *argv) {
     const char *base = strrchr(argv->v[0], '/') ? strrchr(argv->v[0], '/') + 1 : argv->v[0];
     bool shell = !strcmp(base, "sh") || !strcmp(base, "bash") || !strcmp(base, "dash");
-    if (shell && argv->n >= 4 && !strcmp(argv->v[1], "-c") && argv->v[3][0]) return argv->v[3];
-    return argv->v[0];
+    if (!shell || argv->n < 4 || strcmp(argv->v[1], "-c") != 0) return argv->v[0];
+    const char *name = argv->v[3]; /* not a placeholder ("sh -c 'cmd "$@"' _ args") */
+    bool placeholder = !name[0] || !strcmp(name, "_") || !strcmp(name, "-") ||
+                       !strcmp(name, "--") || !strcmp(name, base) || !strcmp(name, argv->v[0]);
+    return placeholder ? argv->v[0] : name;
 }
 
 /* The error text of a program that failed: how it ended and its last line on stderr. */
@@ -487,8 +490,11 @@ static int run_program(const rank_info *ri, hvd_code_msg *code, int sig_fd, int 
         rc = start_rank(&rp, code->argv.v, envp, fds, nfds, sig_fd, &o, res->error,
                         sizeof res->error);
     hvd_env_free(envp);
-    for (int i = 0; i < nfds; i++) /* the program holds them now */
-        hvd_close_fd(&fds[i]);
+    /* The program holds them now. Not the PMI connection: Hydra's proxy takes its end (EOF
+     * without PMI finalize) for a rank that died and kills every process of the job at once,
+     * this one too, before it reports the rank's status; it sees the end when we exit. */
+    for (int i = 0; i < nfds; i++)
+        if (fds[i] != pmi_at) hvd_close_fd(&fds[i]);
     if (rc != 0 && o.stop_signal) { /* stopped while the warm interpreter was busy */
         hvd_close_fd(&o.result_fd);
         *status = 128 + o.stop_signal;

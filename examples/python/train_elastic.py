@@ -48,9 +48,9 @@ def train_model(epochs=2, batch_size=48, lr=0.1, commit_every=4, sleep=0.0, log_
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    # A warm-up over the first 20 steps, kept in the state like the model and the optimizer
+    # A warm-up over the first 100 steps, kept in the state like the model and the optimizer
     # (each rank's scheduler goes on stepping its own optimizer after a reset).
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 20.0))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 100.0))
     state = hvd.elastic.TorchState(model=model, optimizer=opt, lr_scheduler=sched, epoch=0,
                                    batch=0, commits=0)
     state.register_reset_callbacks([lambda: log(log_path, "reset size=%d" % hvd.size())])

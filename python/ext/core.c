@@ -707,17 +707,27 @@ static PyObject *mod_mpi_detect(PyObject *self, PyObject *args, PyObject *kw) {
 
 /* read_hostfile(path) -> "host:n,host:n": Horovod's hostfile read by the launcher's own reader
  * (common/hostspec.h), so hvd_bridge.run(hostfile=) and hvd-driver --hostfile take the same
- * files. ValueError for a file that is not the format, OSError for one that cannot be read. */
+ * files. ValueError for a file that is not the format; for one that cannot be read, the
+ * OSError subclass open() would raise (FileNotFoundError, PermissionError, ...). */
 static PyObject *mod_read_hostfile(PyObject *self, PyObject *arg) {
     (void)self;
     PyObject *bytes = NULL;
     if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
     char *hosts = NULL;
     hvd_err err;
+    PyThreadState *ts = PyEval_SaveThread(); /* it reads a file */
     int rc = hvd_hostfile_read(PyBytes_AS_STRING(bytes), &hosts, &err);
+    int saved_errno = errno;
+    PyEval_RestoreThread(ts);
     Py_DECREF(bytes);
+    if (rc != 0 && err.code == HVD_E_IO) { /* FileNotFoundError, PermissionError, ... */
+        PyObject *e = PyObject_CallFunction(PyExc_OSError, "isO", saved_errno, err.msg, arg);
+        if (e) PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_XDECREF(e);
+        return NULL;
+    }
     if (rc != 0) {
-        PyErr_SetString(err.code == HVD_E_IO ? PyExc_OSError : PyExc_ValueError, err.msg);
+        PyErr_SetString(PyExc_ValueError, err.msg);
         return NULL;
     }
     PyObject *r = PyUnicode_DecodeFSDefault(hosts);

@@ -95,23 +95,43 @@ static void test_hostfile(void) {
         {"", "hostfile F names no host"},
         {"# none\n  \n", "hostfile F names no host"},
         {"h1 slots=2\nh2:1\n", "hostfile F line 2: write 'h2:1' as '<host> slots=<n>'"},
-        {"h1 slots=two", "line 1: 'h1 slots=two' is not '<host> slots=<n>' with n at least 1"},
+        {"h1 slots=two", "line 1: 'h1 slots=two' is not '<host> slots=<n>' with n from 1 to 4096"},
         {"h1 slots=0", "line 1: 'h1 slots=0' is not"},
         {"h1 slots=", "line 1: 'h1 slots=' is not"},
-        {"h1 slots=99999999999", "is not '<host> slots=<n>'"},
+        {"h1 slots=5000", "line 1: 'h1 slots=5000' is not"},
         {"h1 max_slots=8 # mpirun's", "line 1: 'h1 max_slots=8' is not"},
         {"slots=2", "line 1: 'slots=2' names no host (write '<host> slots=<n>')"},
         {"::1 slots=2", "write the IPv6 address ::1 in brackets ([::1] slots=<n>)"},
+        {"node1:2,node2:2", "line 1: 'node1:2,node2:2' holds a comma: write one"},
+        {"a,b slots=1", "holds a comma"},
+        {"h;rm slots=1", "line 1: bad host 'h;rm'"},
+        {"[fe80::1]x slots=1", "line 1: bad host '[fe80::1]x'"},
+        {"h1 slots=2\rjunk", "line 1: 'h1 slots=2 junk' is not"},
+        {"h1\0junk slots=9", "holds a NUL byte (saved as UTF-16?)"},
     };
+    char big[900]; /* a long bad line: the message still says what to write */
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    memcpy(big, "h1 slots=1 ", 11);
+    CHECK(hvd_hostfile_parse(big, strlen(big), "F", &hosts, &err) == -1);
+    CHECK_MSG(strstr(err.msg, "...' is not '<host> slots=<n>' with n from 1 to 4096"), "%s",
+              err.msg);
+    const char *bom = "\xef\xbb\xbfh1 slots=2\r\n";
+    CHECK(hvd_hostfile_parse(bom, strlen(bom), "F", &hosts, &err) == 0);
+    CHECK_MSG(hosts && !strcmp(hosts, "h1:2"), "%s", hosts);
+    free(hosts);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         hosts = (char *)"unset";
-        CHECK_MSG(hvd_hostfile_parse(bad[i].text, strlen(bad[i].text), "F", &hosts, &err) == -1,
-                  "'%s' accepted", bad[i].text);
+        size_t len = strlen(bad[i].text);
+        if (strstr(bad[i].says, "NUL")) len += 1 + strlen(bad[i].text + len + 1);
+        CHECK_MSG(hvd_hostfile_parse(bad[i].text, len, "F", &hosts, &err) == -1, "'%s' accepted",
+                  bad[i].text);
         CHECK_MSG(hosts == NULL && err.code == HVD_E_INVALID && strstr(err.msg, bad[i].says),
                   "'%s': %s", bad[i].text, err.msg);
     }
     CHECK(hvd_hostfile_read("/nonexistent/hostfile", &hosts, &err) == -1);
-    CHECK_MSG(err.code == HVD_E_IO && strstr(err.msg, "cannot read hostfile /nonexistent/hostfile"),
+    CHECK_MSG(err.code == HVD_E_IO && errno == ENOENT &&
+                  strstr(err.msg, "cannot read hostfile /nonexistent/hostfile"),
               "%s", err.msg);
 }
 

@@ -585,8 +585,9 @@ def test_bad_args():
         for text, says in (("\n# none\n", "names no host"),
                            ("h1:1\n", "write 'h1:1' as '<host> slots=<n>'"),
                            ("h1 slots=two\n", "line 1: 'h1 slots=two' is not '<host> slots=<n>'"),
-                           ("h1 slots=0\n", "with n at least 1"),
-                           ("::1 slots=2\n", "write the IPv6 address ::1 in brackets")):
+                           ("h1 slots=0\n", "with n from 1 to 4096"),
+                           ("::1 slots=2\n", "write the IPv6 address ::1 in brackets"),
+                           ("h1 slots=2\nh2:1,h3:1\n", "line 2: 'h2:1,h3:1' holds a comma")):
             path = os.path.join(d, "hostfile")
             with open(path, "w") as f:
                 f.write(text)
@@ -596,6 +597,12 @@ def test_bad_args():
                 check(says in str(e), "hostfile %r: %s" % (text, e))
             else:
                 raise Failure("hostfile %r accepted" % text)
+    try:  # the OSError open() raises, as Horovod's reader gives it
+        hvd_bridge.run(rank_info, args=(1,), hostfile="/nonexistent/hostfile")
+    except FileNotFoundError as e:
+        check(e.filename == "/nonexistent/hostfile" and "cannot read hostfile" in str(e), str(e))
+    else:
+        raise Failure("a missing hostfile accepted")
     try:
         hvd_bridge.run(42, np=1)
     except TypeError as e:

@@ -22,15 +22,19 @@ typedef struct hvd_hostspec {
 int hvd_hostspec_parse(const char *s, size_t len, const char *what, long min, long max,
                        hvd_hostspec *out, hvd_err *err);
 
+/* The most slots (ranks) one host may have, wherever hosts are given (-H, --ssh-hosts, a
+ * hostfile). */
+#define HVD_HOST_MAX_SLOTS 4096
+
 /* Horovod's hostfile: "<host> slots=<n>" per line (one slot when slots= is left out), '#'
  * starts a comment, blank lines are skipped. The one reader of the format, for hvd-driver's
  * --hostfile and hvd_bridge.run(hostfile=). hvd_hostfile_parse turns the text into -H's form,
  * "host:n,host:n" (malloc'd into *out); `name` names the file in messages. It refuses any other
- * word (so a typo is not a host), n outside 1..HVD_HOSTFILE_MAX_SLOTS, "host:n" (that is -H's
- * form), an IPv6 address without brackets, and text that names no host: HVD_E_INVALID, the
- * message naming the file, the line and what to write. hvd_hostfile_read reads the file first
- * (HVD_E_IO when it cannot). */
-#define HVD_HOSTFILE_MAX_SLOTS (1 << 20)
+ * word (so a typo is not a host), n outside 1..HVD_HOST_MAX_SLOTS, "host:n" (that is -H's
+ * form), a comma, an IPv6 address without brackets, a host hvd_hostspec_parse refuses, a NUL
+ * byte (a UTF-16 file), and text that names no host: HVD_E_INVALID, the message naming the
+ * file, the line and what to write. hvd_hostfile_read reads the file first (at most 16 MiB;
+ * HVD_E_IO with errno set when it cannot). */
 int hvd_hostfile_parse(const char *text, size_t len, const char *name, char **out, hvd_err *err);
 int hvd_hostfile_read(const char *path, char **out, hvd_err *err);
 

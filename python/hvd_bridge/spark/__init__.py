@@ -342,7 +342,7 @@ def _not_started(why, spark, sc):
     (its question about hvd-task's --driver is for task services started by hand)."""
     why = why.split(": are the executors running hvd-task")[0]
     num_proc, slots = spark.num_proc, sc.defaultParallelism
-    if num_proc > slots and spark.barrier:
+    if num_proc > slots:
         return ("%s (%d Spark tasks must run at once, and the application has %d task slots "
                 "(spark.default.parallelism): start more executors or ask for fewer ranks)" % (
                     why, num_proc, slots))

@@ -13,8 +13,8 @@ import torch
 
 from .. import _follower
 from .. import _runtime as _rt
+from ..common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 
-HorovodInternalError = _rt.HorovodInternalError
 
 def _wait(rt_handle):
     """The runtime's wait; a failure that only followed another rank's shutdown is raised a
@@ -24,15 +24,6 @@ def _wait(rt_handle):
     except HorovodInternalError as e:
         _follower.linger(e)
         raise
-
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """Raised (by elastic code) when hosts were added or removed; ``skip_sync`` tells whether the
-    state can be kept without a sync."""
-
-    def __init__(self, skip_sync):
-        super().__init__("hosts updated")
-        self.skip_sync = skip_sync
 
 
 # Reduce ops: Horovod's numbers (an int, as in horovod.torch).

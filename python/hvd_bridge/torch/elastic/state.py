@@ -1,48 +1,16 @@
-"""hvd_bridge.torch.elastic: horovod.torch.elastic's API on hvd-bridge's elastic jobs
-(docs/elastic.md). With ``import hvd_bridge.torch as hvd``::
-
-    state = hvd.elastic.TorchState(model=model, optimizer=opt, epoch=0, batch=0)
-
-    @hvd.elastic.run
-    def train(state):
-        for state.epoch in range(state.epoch, epochs):
-            for state.batch in range(state.batch, batches):
-                step(...)
-                if state.batch % 10 == 0:
-                    state.commit()          # raises HostsUpdatedInterrupt when hosts changed
-            state.batch = 0
-
-    train(state)
-
-Open MPI cannot grow or shrink a job, so a reset restarts the ranks: ``commit()`` sends the
-state (model, optimizer, and the keyword attributes) to this rank's task service, which
-outlives the ranks, and ``@run`` starts by restoring the newest commit that survives (in sync
-on every rank) before calling the function. When the hosts change, or a collective fails
-because a rank went away, the rank ends at once with status 75 and the driver resets the job.
-An error a reset cannot cure (ElasticError: e.g. a state over the 60 MiB a task service keeps)
-fails the rank instead, with one line saying what to do. Outside an elastic job nothing is
-committed anywhere and the function runs once, as with a plain ``hvd.init()``.
-"""
+"""hvd_bridge.torch.elastic.state (horovod.torch.elastic.state): what an elastic job keeps
+across resets: State, ObjectState and TorchState, with the handlers that keep a model, an
+optimizer, an LR scheduler or an ElasticSampler through its state_dict."""
 import copy
-import functools
 import io
-import os
-import random
-import sys
 
 import cloudpickle
 import torch
 
-from .. import _follower
-from .. import _runtime as _rt
-from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from .mpi_ops import (HorovodInternalError, HostsUpdatedInterrupt, init, is_initialized, rank,
-                      shutdown, size)
-
-#: The status a rank ends with for a reset (HVD_ELASTIC_EXIT_RESET of include/hvd/defaults.h).
-RESET_STATUS = 75
-#: The status a rank ends with for an ElasticError (a failure of its own: no reset).
-FAILURE_STATUS = 1
+from ... import _runtime as _rt
+from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from ..mpi_ops import HostsUpdatedInterrupt, rank
+from .sampler import ElasticSampler
 
 #: An elastic call failed in a way a reset cannot cure (hvd_elastic_resettable is 0: a state
 #: over the limit, a rank not started by hvd-exec, ...). Not a HorovodInternalError: @run fails
@@ -245,60 +213,6 @@ def _handler(value):
     return None
 
 
-class ElasticSampler(torch.utils.data.Sampler):
-    """Horovod's ElasticSampler: splits a dataset's indices over the ranks, like
-    DistributedSampler, and after a reset splits what is left of the epoch over the new ranks.
-    Put it in the TorchState (``TorchState(model, opt, sampler=sampler)``), call
-    ``record_batch(batch_idx, batch_size)`` after each batch and ``set_epoch(epoch)`` at the end
-    of each epoch. dataset: its size must not change; shuffle: a new order each epoch, the same
-    on every rank (seeded with seed + epoch)."""
-
-    def __init__(self, dataset, shuffle=True, seed=0):
-        self.dataset, self.shuffle, self.seed = dataset, shuffle, seed
-        self.epoch = 0
-        self.processed_num = 0  # samples of this epoch done, over all ranks
-        self.reset()
-
-    def set_epoch(self, epoch):
-        """Starts epoch `epoch` afresh (call it at the end of an epoch, so that a reset in the
-        middle of one does not go over its samples again)."""
-        self.epoch = epoch
-        self.processed_num = 0
-        self.reset()
-
-    def record_batch(self, batch_idx, batch_size):
-        """batch_size samples done on every rank."""
-        self.processed_num += batch_size * self.num_replicas
-
-    def state_dict(self):
-        return {"epoch": self.epoch, "processed_num": self.processed_num}
-
-    def load_state_dict(self, state_dict):
-        self.epoch = state_dict["epoch"]
-        self.processed_num = state_dict["processed_num"]
-        self.reset()
-
-    def reset(self):
-        """Splits the epoch's remaining indices over the ranks there are now."""
-        self.num_replicas, self.rank = size(), rank()
-        order = list(range(len(self.dataset)))
-        if self.shuffle:
-            random.Random(self.seed + self.epoch).shuffle(order)
-        self.remaining_indices = order[self.processed_num:]
-        self.num_samples = -(-len(self.remaining_indices) // self.num_replicas)
-        self.total_size = self.num_samples * self.num_replicas
-
-    def __iter__(self):
-        # Padded with the first indices to a multiple of the ranks, then every rank's share.
-        padded = self.remaining_indices + self.remaining_indices[
-            :self.total_size - len(self.remaining_indices)]
-        self.indices = padded[self.rank:self.total_size:self.num_replicas]
-        return iter(self.indices)
-
-    def __len__(self):
-        return self.num_samples
-
-
 class TorchState(ObjectState):
     """Models, optimizers and keyword attributes (Horovod's TorchState): every argument that is
     a torch.nn.Module, a torch.optim.Optimizer, an LR scheduler or an ElasticSampler (model,
@@ -371,84 +285,3 @@ def _saved_size(obj):
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.tell()
-
-
-def _epoch():
-    try:
-        return int(os.environ.get("HVD_ELASTIC_EPOCH", "0"))
-    except ValueError:
-        return 0
-
-
-def _end_for_reset(why, together):
-    """Ends this rank for a reset: the driver starts the job again over the hosts it has. When
-    every rank ends at the same point (together: the hosts changed), the runtime is shut down
-    first, so that mpirun sees a clean end instead of aborting the job."""
-    sys.stderr.write("hvd_bridge.torch.elastic: rank %d ends for a reset (%s)\n" % (rank(), why))
-    if together:
-        shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # a closed stream must not keep the rank alive
-            pass
-    os._exit(RESET_STATUS)
-
-
-def _end_for_failure(e):
-    """Ends this rank for an error a reset cannot cure, with status 1 and one line saying why
-    (hvd-exec passes a rank's last line on stderr to the driver). When every rank fails so (a
-    state over the limit is the same everywhere), the driver ends the job with the error; when
-    only this one does, its host is blamed and the job goes on without it."""
-    sys.stderr.write("hvd_bridge.torch.elastic: rank %d fails (a reset would not help): %s\n" % (
-        rank(), str(e).replace("\n", " ")))
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # a closed stream must not keep the rank alive
-            pass
-    os._exit(FAILURE_STATUS)
-
-
-def run(func):
-    """Decorator of the training function ``func(state, *args, **kwargs)``: starts the runtime
-    if needed, restores the newest commit that survives (or, on a fresh start, syncs the state
-    from rank 0), calls the reset callbacks after a reset, and runs the function. When the
-    hosts change (HostsUpdatedInterrupt at a commit) or a collective fails because a rank went
-    away (HorovodInternalError), the rank ends with status 75 and the job is reset: Horovod
-    retries in the same process, hvd-bridge restarts the ranks (Open MPI cannot resize a job).
-    An ElasticError (a commit, restore or host check that no reset would cure, e.g. a state
-    over the limit) ends the rank with status 1 and one line saying why: a failure, not a reset.
-    """
-
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        if not is_initialized():
-            init()
-        elastic = bool(_rt.elastic_enabled())
-        try:
-            if not state._restore_committed():
-                state.sync()
-                state.save()
-            if _epoch() > 1:
-                state.on_reset()
-            return func(state, *args, **kwargs)
-        except HostsUpdatedInterrupt:
-            if not elastic:
-                raise
-            _end_for_reset("the hosts changed", True)
-        except HorovodInternalError as e:
-            if not elastic:
-                raise
-            _follower.linger(e)  # the rank that failed on its own is heard first, and blamed
-            _end_for_reset("a collective failed: %s" % e, False)
-        except ElasticError as e:
-            if not elastic:
-                raise
-            _end_for_failure(e)
-
-    return wrapper
-
-
-__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "ElasticError",
-           "RESET_STATUS", "FAILURE_STATUS"]

@@ -1,0 +1,1 @@
+"""hvd_bridge.common: what horovod.common holds for every framework binding (its exceptions)."""
