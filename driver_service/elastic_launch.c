@@ -284,7 +284,9 @@ static int launch(el_run *r, hvd_err *err) {
     if (!r->ifaces && hvd_driver_common_interfaces(r->d, start_ms_of(r), &r->ifaces, err) != 0)
         return -1;
     if (!r->have_parts) {
-        if (hvd_launch_parts_make(r->d, r->cfg, r->ifaces, &r->parts, err) != 0) return -1;
+        if (hvd_mpi_check_named(r->cfg->mpi, r->cfg->mpirun, err) != 0 ||
+            hvd_launch_parts_make(r->d, r->cfg, r->ifaces, &r->parts, err) != 0)
+            return -1;
         r->have_parts = true;
     }
     char *hosts = el_plan_hosts(&r->plan, r->tasks, r->ntasks);

@@ -804,7 +804,8 @@ int hvd_launch_job(hvd_driver *d, const hvd_launch_config *cfg, hvd_launch_outco
     char **ifaces = NULL, **argv = NULL;
     hvd_launch_parts parts = {0};
     int rc = -1;
-    if (hvd_driver_wait_registration(d, start_ms, err) != 0 ||
+    if (hvd_mpi_check_named(cfg->mpi, cfg->mpirun, err) != 0 ||
+        hvd_driver_wait_registration(d, start_ms, err) != 0 ||
         hvd_driver_common_interfaces(d, start_ms, &ifaces, err) != 0 ||
         hvd_launch_parts_make(d, cfg, ifaces, &parts, err) != 0)
         goto out;

@@ -384,6 +384,10 @@ static int start_driver(job *j) {
 static int local_mpi(launch_opts *o) {
     hvd_err err;
     char version[64];
+    if (hvd_mpi_check_named(o->mpi, o->mpirun, &err) != 0) {
+        fprintf(stderr, "hvd-driver: %s\n", err.msg);
+        return -1;
+    }
     if (o->mpi == HVD_MPI_AUTO) {
         if (hvd_mpi_detect(o->mpirun, &o->mpi, version, sizeof version, &err) != 0) {
             fprintf(stderr, "hvd-driver: %s\n", err.msg);
@@ -433,13 +437,17 @@ static int start_tasks(job *j) {
         watch_set_ssh(j->ssh);
     } else {
         int n = launch_task_slots(&j->o);
+        char here[96] = ""; /* serve starts no task services here */
+        if (!j->o.serve)
+            snprintf(here, sizeof here,
+                     " To run them on this machine instead: --local 1 (or -H localhost:%d)", n);
         fprintf(stderr,
                 "hvd-driver: waiting for %d task services. Start each executor's with\n"
                 "  HVD_SECRET_FILE=%s hvd-task --driver '%s' --index I%s\n"
                 "(I = 0..%d; copy the secret file there with mode 0600, never on a command "
-                "line). To run them on this machine instead: --local 1 (or -H localhost:%d)\n",
+                "line).%s\n",
                 j->o.elastic ? j->o.np : n, j->dir.secret_file, j->addrs,
-                j->o.many_commands ? " --elastic" : "", n - 1, n);
+                j->o.many_commands ? " --elastic" : "", n - 1, here);
     }
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/num.h"
 #include "launcher.h"
@@ -228,8 +229,11 @@ static int number(const char *opt, const char *text, int min, int max, int *out)
 static int take_mpi(const char *v, char **argv, launch_opts *o) {
     if (hvd_mpi_impl_parse(v, &o->mpi) == 0) return 0;
     bool separate = v == argv[optind - 1]; /* not --mpi=WORD */
-    bool mpi_like = !strncmp(v, "openmpi", 7) || !strncmp(v, "mpich", 5) ||
-                    !strncmp(v, "intel", 5) || !strncmp(v, "ompi", 4);
+    static const char *const mpi_words[] = {"openmpi", "open-mpi", "open_mpi", "ompi", "mpich",
+                                            "mvapich", "intel",    "impi",     "hpcx", "spectrum"};
+    bool mpi_like = false; /* an MPI's name, not the command after horovodrun's bare --mpi */
+    for (size_t i = 0; i < sizeof mpi_words / sizeof *mpi_words; i++)
+        mpi_like |= !strncasecmp(v, mpi_words[i], strlen(mpi_words[i]));
     if (!separate || mpi_like)
         return usage_error("--mpi must be openmpi4, openmpi5, mpich or auto");
     optind--;

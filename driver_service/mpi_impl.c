@@ -107,7 +107,7 @@ int hvd_mpi_detect(const char *mpirun, hvd_mpi_impl *out, char *version, size_t 
     }
     read_output(p, text, DETECT_OUTPUT_MAX, hvd_now_ms() + DETECT_TIMEOUT_MS);
     int code = -1;
-    if (hvd_proc_wait(p, 0, &code) != 0) hvd_proc_abort(p);
+    if (hvd_proc_wait(p, 1000, &code) != 0) hvd_proc_abort(p); /* its output ended: it is ending */
     hvd_proc_free(p);
     int rc = 0;
     if (hvd_mpi_parse_version(text, out, version, cap) != 0) {
@@ -120,4 +120,19 @@ int hvd_mpi_detect(const char *mpirun, hvd_mpi_impl *out, char *version, size_t 
     }
     free(text);
     return rc;
+}
+
+int hvd_mpi_check_named(hvd_mpi_impl mpi, const char *mpirun, hvd_err *err) {
+    hvd_mpi_impl found;
+    char version[64];
+    hvd_err ignored;
+    if (mpi == HVD_MPI_AUTO ||
+        hvd_mpi_detect(mpirun, &found, version, sizeof version, &ignored) != 0 || found == mpi)
+        return 0;
+    const char *prog = mpirun && *mpirun ? mpirun : "mpirun";
+    return hvd_err_set(err, HVD_E_INVALID,
+                       "--mpi %s, but %s is %s: give --mpirun with %s's launcher, or --mpi %s "
+                       "(or leave --mpi out: it is asked)",
+                       hvd_mpi_impl_name(mpi), prog, version, hvd_mpi_impl_name(mpi),
+                       hvd_mpi_impl_name(found));
 }

@@ -49,6 +49,13 @@ int hvd_mpi_parse_version(const char *text, hvd_mpi_impl *out, char *version, si
  * 10 s, or an implementation hvd-bridge does not know). */
 int hvd_mpi_detect(const char *mpirun, hvd_mpi_impl *out, char *version, size_t cap, hvd_err *err);
 
+/* For an MPI named by the user (mpi not HVD_MPI_AUTO), the launcher this process will run
+ * (mpirun, as hvd_mpi_detect takes it): -1 with err saying what to give when `mpirun
+ * --version` names another implementation (its options would go to the wrong launcher:
+ * Open MPI 5's prterun, given Open MPI 4's agent option, falls back to ssh); 0 when it names
+ * the same one, or none hvd-bridge knows (an explicit --mpi is how such a launcher is used). */
+int hvd_mpi_check_named(hvd_mpi_impl mpi, const char *mpirun, hvd_err *err);
+
 typedef struct hvd_launch_config {
     int np;                       /* ranks (= tasks) */
     hvd_mpi_impl mpi;             /* whose command line to write; HVD_MPI_AUTO: hvd_mpi_detect */

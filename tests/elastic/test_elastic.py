@@ -555,11 +555,24 @@ def test_horovodrun_flags():
                                      "-H", "localhost:2", "--mpi", "sh", "-c", "echo mpi-$OMPI_COMM_WORLD_RANK"],
                                     hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
         check(rc == 0 and "mpi-0" in so and "mpi-1" in so, "--mpi as a flag: %d\n%s\n%s" % (rc, so, se))
-        rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "-H",
-                                     "localhost:2", "--mpi", "openmpi6", "true"],
-                                    hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
-        check(rc == 2 and "--mpi must be openmpi4, openmpi5, mpich or auto" in se,
-              "an MPI --mpi does not know is refused: %d\n%s" % (rc, se))
+        for word in ("openmpi6", "mvapich", "OpenMPI5"):  # not the command after a bare --mpi
+            rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "-H",
+                                         "localhost:2", "--mpi", word, "true"],
+                                        hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+            check(rc == 2 and "--mpi must be openmpi4, openmpi5, mpich or auto" in se,
+                  "an MPI --mpi does not know (%s) is refused: %d\n%s" % (word, rc, se))
+        # An --mpi that is not the MPI of the mpirun that would run: refused before anything
+        # starts (Open MPI 5's prterun given Open MPI 4's options falls back to ssh).
+        version = subprocess.run(["mpirun", "--version"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, universal_newlines=True).stdout
+        if "(Open MPI) 4." in version:
+            rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "-H",
+                                         "localhost:2", "--mpi", "mpich", "true"],
+                                        hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
+            check(rc != 0 and re.search(r"^hvd-driver: --mpi mpich, but mpirun is Open MPI 4\.\S+: "
+                                        r"give --mpirun with mpich's launcher, or --mpi openmpi4", se,
+                                        re.M) and "task" not in se,
+                  "--mpi mpich with Open MPI's mpirun: %d\n%s" % (rc, se))
     hvdtest.assert_no_leftovers(mark)
 
 
