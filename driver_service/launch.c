@@ -375,6 +375,22 @@ static const char *agent_overridden(char *const *agent, const hvd_launch_config 
     return NULL;
 }
 
+/* Whether w is the placement option opt ("-bind-to"), with one dash or two, or as "--opt=V". */
+static bool is_placement(const char *w, const char *opt) {
+    const char *name = opt + strspn(opt, "-"), *given = w + strspn(w, "-");
+    size_t n = strlen(name);
+    return w != given && given - w <= 2 && strncmp(given, name, n) == 0 &&
+           (given[n] == '\0' || given[n] == '=');
+}
+
+/* Whether the user's mpirun arguments give the placement option opt (--bind-to, --map-by):
+ * PRRTE refuses one given twice ("listed more than once"), ORTE takes the last. */
+static bool user_places(const char *const *user, const char *opt) {
+    for (size_t i = 0; user && user[i]; i++)
+        if (is_placement(user[i], opt)) return true;
+    return false;
+}
+
 /* Adds words to a, but for an MCA parameter the user's mpirun arguments set too: theirs wins
  * (mpirun refuses a parameter given twice: "listed multiple times"). */
 static void add_all(hvd_strb *a, char *const *words, const hvd_launch_config *cfg) {
@@ -384,6 +400,13 @@ static void add_all(hvd_strb *a, char *const *words, const hvd_launch_config *cf
             launch_log(cfg, "mpirun's %s %s: the value given in its arguments replaces '%s'",
                        words[i], words[i + 1], words[i + 2]);
             i += 2;
+            continue;
+        }
+        if ((is_placement(words[i], "bind-to") || is_placement(words[i], "map-by")) &&
+            words[i + 1] && user_places(cfg->mpi_args, words[i])) {
+            launch_log(cfg, "mpirun's %s: the value given in its arguments replaces '%s'", words[i],
+                       words[i + 1]);
+            i += 1;
             continue;
         }
         hvd_strb_add(a, words[i]);

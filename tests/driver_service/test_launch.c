@@ -233,8 +233,8 @@ out:
 }
 
 /* An MCA parameter the user's mpirun arguments set as well (Horovod users pass
- * "-mca oob_tcp_if_include lo"): theirs is the only one, so that mpirun does not refuse it as
- * "listed multiple times"; the others stay. */
+ * "-mca oob_tcp_if_include lo"), or --bind-to/--map-by: theirs is the only one, so that mpirun
+ * does not refuse it as "listed multiple times"; the others stay. */
 static void test_user_mca_wins(void) {
     hvd_driver *d = two_tasks();
     static const char *const user4[] = {"-mca", "oob_tcp_if_include", "lo", "--mca",
@@ -263,6 +263,26 @@ static void test_user_mca_wins(void) {
         CHECK_MSG(oob == 1 && kept == 1, "%s", line);
         if (cases[k].gone) CHECK_MSG(btl == 1 && HAS(argv, "--mca", "btl", "self,tcp"), "%s", line);
         CHECK_MSG(HAS(argv, cases[k].user[0], "oob_tcp_if_include", cases[k].user[2]), "%s", line);
+        free(line);
+        hvd_launch_free_argv(argv);
+    }
+    /* The same for the placement options: PRRTE refuses --bind-to given twice. */
+    static const char *const place[] = {"-bind-to", "core", "--map-by=node", NULL};
+    for (int m = HVD_MPI_OPENMPI4; m <= HVD_MPI_OPENMPI5; m++) {
+        hvd_launch_config cfg = {.np = 2, .mpi = m, .bin_dir = "/b", .mpi_args = place};
+        hvd_err err;
+        char **argv = hvd_launch_argv(d, &cfg, IFACES, &err);
+        CHECK_MSG(argv != NULL, "%s", err.msg);
+        if (!argv) continue;
+        int bind = 0, map = 0;
+        for (size_t i = 0; argv[i]; i++) {
+            bind += strstr(argv[i], "bind-to") != NULL;
+            map += strstr(argv[i], "map-by") != NULL;
+        }
+        char *line = joined(argv);
+        CHECK_MSG(bind == 1 && map == 1 && HAS(argv, "-bind-to", "core") &&
+                      !HAS(argv, "-map-by", "slot") && !HAS(argv, "--map-by", "slot"),
+                  "%s", line);
         free(line);
         hvd_launch_free_argv(argv);
     }
