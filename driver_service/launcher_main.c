@@ -384,10 +384,6 @@ static int start_driver(job *j) {
 static int local_mpi(launch_opts *o) {
     hvd_err err;
     char version[64];
-    if (hvd_mpi_check_named(o->mpi, o->mpirun, &err) != 0) {
-        fprintf(stderr, "hvd-driver: %s\n", err.msg);
-        return -1;
-    }
     if (o->mpi == HVD_MPI_AUTO) {
         if (hvd_mpi_detect(o->mpirun, &o->mpi, version, sizeof version, &err) != 0) {
             fprintf(stderr, "hvd-driver: %s\n", err.msg);
@@ -414,6 +410,12 @@ static int local_mpi(launch_opts *o) {
 /* Starts the task services (local, over ssh), or says how to start them. */
 static int start_tasks(job *j) {
     hvd_err err;
+    /* An --mpi named that is not the launcher's, before anything starts (serve: the user runs
+     * the launcher). */
+    if (!j->o.serve && hvd_mpi_check_named(j->o.mpi, j->o.mpirun, &err) != 0) {
+        fprintf(stderr, "hvd-driver: %s\n", err.msg);
+        return -1;
+    }
     if (j->o.local_hosts > 0 && local_mpi(&j->o) != 0) return -1;
     if (j->o.local_hosts > 0 && j->o.discovery_script) {
         /* elastic_run starts the hosts the discovery script names */

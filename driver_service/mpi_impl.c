@@ -125,10 +125,14 @@ int hvd_mpi_detect(const char *mpirun, hvd_mpi_impl *out, char *version, size_t 
 int hvd_mpi_check_named(hvd_mpi_impl mpi, const char *mpirun, hvd_err *err) {
     hvd_mpi_impl found;
     char version[64];
-    hvd_err ignored;
-    if (mpi == HVD_MPI_AUTO ||
-        hvd_mpi_detect(mpirun, &found, version, sizeof version, &ignored) != 0 || found == mpi)
-        return 0;
+    hvd_err why;
+    if (mpi == HVD_MPI_AUTO) return 0;
+    if (hvd_mpi_detect(mpirun, &found, version, sizeof version, &why) != 0) {
+        if (why.code == HVD_E_NOT_FOUND) return 0; /* it ran, and named no MPI we know */
+        *err = why;                                /* it cannot run at all */
+        return -1;
+    }
+    if (found == mpi) return 0;
     const char *prog = mpirun && *mpirun ? mpirun : "mpirun";
     return hvd_err_set(err, HVD_E_INVALID,
                        "--mpi %s, but %s is %s: give --mpirun with %s's launcher, or --mpi %s "

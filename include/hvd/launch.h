@@ -52,8 +52,9 @@ int hvd_mpi_detect(const char *mpirun, hvd_mpi_impl *out, char *version, size_t 
 /* For an MPI named by the user (mpi not HVD_MPI_AUTO), the launcher this process will run
  * (mpirun, as hvd_mpi_detect takes it): -1 with err saying what to give when `mpirun
  * --version` names another implementation (its options would go to the wrong launcher:
- * Open MPI 5's prterun, given Open MPI 4's agent option, falls back to ssh); 0 when it names
- * the same one, or none hvd-bridge knows (an explicit --mpi is how such a launcher is used). */
+ * Open MPI 5's prterun, given Open MPI 4's agent option, falls back to ssh) or when it cannot
+ * be run at all; 0 when it names the same one, or none hvd-bridge knows (an explicit --mpi is
+ * how such a launcher is used). */
 int hvd_mpi_check_named(hvd_mpi_impl mpi, const char *mpirun, hvd_err *err);
 
 typedef struct hvd_launch_config {
