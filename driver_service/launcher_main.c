@@ -378,21 +378,30 @@ static int start_driver(job *j) {
     return j->addrs ? 0 : -1;
 }
 
-/* --local: the MPI must be known before the tasks start, since under Open MPI 5 several fake
- * hosts need a hostname each (a UTS namespace per fake host, root only). Returns 0, or -1
- * after printing why. */
-static int local_mpi(launch_opts *o) {
+/* The MPI of the launcher `run` will start, before any task service starts: asked (auto), or
+ * the one named checked against it, so that a launcher that is missing or another MPI's is
+ * said at once, not after the executors registered. Returns 0, or -1 after printing why. */
+static int run_mpi(launch_opts *o) {
     hvd_err err;
     char version[64];
-    if (o->mpi == HVD_MPI_AUTO) {
-        if (hvd_mpi_detect(o->mpirun, &o->mpi, version, sizeof version, &err) != 0) {
-            fprintf(stderr, "hvd-driver: %s\n", err.msg);
-            return -1;
-        }
-        if (o->verbose)
-            fprintf(stderr, "hvd-driver: %s says it is %s\n", o->mpirun ? o->mpirun : "mpirun",
-                    version);
+    if (o->mpi != HVD_MPI_AUTO) {
+        if (hvd_mpi_check_named(o->mpi, o->mpirun, &err) == 0) return 0;
+        fprintf(stderr, "hvd-driver: %s\n", err.msg);
+        return -1;
     }
+    if (hvd_mpi_detect(o->mpirun, &o->mpi, version, sizeof version, &err) != 0) {
+        fprintf(stderr, "hvd-driver: %s\n", err.msg);
+        return -1;
+    }
+    if (o->verbose)
+        fprintf(stderr, "hvd-driver: %s says it is %s\n", o->mpirun ? o->mpirun : "mpirun",
+                version);
+    return 0;
+}
+
+/* --local under Open MPI 5: several fake hosts need a hostname each (a UTS namespace per fake
+ * host, root only). Returns 0, or -1 after printing why. */
+static int local_mpi(launch_opts *o) {
     if (o->mpi != HVD_MPI_OPENMPI5 || o->local_hosts < 2) return 0;
     if (geteuid() != 0) {
         fprintf(stderr,
@@ -410,12 +419,7 @@ static int local_mpi(launch_opts *o) {
 /* Starts the task services (local, over ssh), or says how to start them. */
 static int start_tasks(job *j) {
     hvd_err err;
-    /* An --mpi named that is not the launcher's, before anything starts (serve: the user runs
-     * the launcher). */
-    if (!j->o.serve && hvd_mpi_check_named(j->o.mpi, j->o.mpirun, &err) != 0) {
-        fprintf(stderr, "hvd-driver: %s\n", err.msg);
-        return -1;
-    }
+    if (!j->o.serve && run_mpi(&j->o) != 0) return -1; /* serve: the user runs the launcher */
     if (j->o.local_hosts > 0 && local_mpi(&j->o) != 0) return -1;
     if (j->o.local_hosts > 0 && j->o.discovery_script) {
         /* elastic_run starts the hosts the discovery script names */
