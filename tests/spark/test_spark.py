@@ -151,6 +151,8 @@ def probe_results(out, marker):
 
 
 def test_local_cluster():
+    """4 ranks over 2 executors; a failing rank fails the Spark job with its text; more ranks
+    than task slots are refused after the start timeout."""
     work = tempfile.mkdtemp(prefix="hvd-spark-test-")
     try:
         home = sparktest.private_spark_home(ARGS.spark_home, work)
@@ -181,6 +183,21 @@ def test_local_cluster():
             fail("the Spark job did not fail with the rank's text", out)
         if "Could not recover from a failed barrier ResultStage" not in spark_said:
             fail("the Spark job did not fail as a barrier stage", out)
+        await_no_marked(marker, 15, out)
+
+        # 3. More ranks than task slots (2 executors x 2 cores): refused once the start
+        # timeout has passed, saying so, with no barrier stage submitted (one waiting for slots
+        # cannot be cancelled: the job failed 150 s late, asking about hvd-task's --driver).
+        marker = "spark-slots-" + uuid.uuid4().hex
+        args = [a if a != "4" else "6" for a in common_args()]
+        args[args.index("--start-timeout") + 1] = "5"
+        rc, out, took = spark_submit(home, work, marker, args + probe_entry(), 100)
+        print("run 3 (6 ranks, 4 slots): exit %d in %.1f s" % (rc, took))
+        if rc != 1 or not re.search(r"^hvd-bridge-spark: hvd-bridge job did not run: timed out after 5000 ms waiting for 6 "
+                                    r"Spark task slots: the application has 4 ", out, re.M):
+            fail("more ranks than task slots is not refused after the start timeout", out)
+        if "hvd-task" in out or took > 60:
+            fail("the refusal took %.0f s or asked about hvd-task" % took, out)
         await_no_marked(marker, 15, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)

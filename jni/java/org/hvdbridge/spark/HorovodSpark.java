@@ -82,20 +82,31 @@ public final class HorovodSpark {
 
         /** Extra mpirun arguments. */
         public Options mpiArgs(String... v) {
+            if (v == null || Arrays.asList(v).contains(null))
+                throw new NullPointerException("mpiArgs: null argument");
             mpiArgs.addAll(Arrays.asList(v));
             return this;
         }
 
         /** NAME=VALUE for orted and the ranks, on top of the executor's environment. */
         public Options taskEnv(String name, String value) {
-            taskEnv.put(name, value);
+            taskEnv.put(variable("taskEnv", name, value), value);
             return this;
         }
 
         /** NAME=VALUE for mpirun and hvd-rsh (on the driver). */
         public Options mpirunEnv(String name, String value) {
-            mpirunEnv.put(name, value);
+            mpirunEnv.put(variable("mpirunEnv", name, value), value);
             return this;
+        }
+
+        /* A variable's name, checked here rather than on the executors after a stage starts. */
+        private static String variable(String what, String name, String value) {
+            if (name == null || value == null)
+                throw new NullPointerException(what + ": null name or value");
+            if (name.isEmpty() || name.indexOf('=') >= 0 || name.indexOf('\0') >= 0 || value.indexOf('\0') >= 0)
+                throw new IllegalArgumentException(what + ": '" + name + "' is not a variable name (no '=', no NUL)");
+            return name;
         }
 
         /** Interfaces the job must use (no probing); default: the tasks probe each other. */
@@ -138,9 +149,13 @@ public final class HorovodSpark {
      *     every rank's outcome when mpirun ran); its cause is the Spark job's failure, if any
      */
     public static RankResult[] run(JavaSparkContext sc, EntryPoint entry, int numProc, Options options) {
-        if (sc == null || entry == null) throw new NullPointerException("the Spark context or the entry point is null");
+        if (sc == null) throw new NullPointerException("the Spark context is null");
+        if (entry == null) throw new NullPointerException("the entry point is null");
+        if (numProc < 0)
+            throw new IllegalArgumentException("numProc must be 0 (the default parallelism) or more, got " + numProc);
         Options o = options != null ? options : new Options();
         int n = numProc > 0 ? numProc : sc.defaultParallelism();
+        waitForSlots(sc, n, o.startTimeoutMs);
         String group = "hvd-bridge.run." + JOB_IDS.incrementAndGet();
         DriverService.Options dopts = new DriverService.Options().verbose(o.verbose);
         if (o.nics != null) dopts.nics(o.nics);
@@ -194,7 +209,13 @@ public final class HorovodSpark {
                 notRun = new HvdException("interrupted", HvdException.STATE);
             }
             boolean failed = notRun != null || !result.succeeded();
-            if (failed) {
+            boolean neverStarted = notRun != null && notRun.getMessage() != null
+                                   && notRun.getMessage().contains("waiting for tasks to register");
+            if (neverStarted) {
+                /* Tasks still waiting for a slot cannot end by themselves. */
+                sc.cancelJobGroup(group);
+                notRun = new HvdException(notStarted(notRun.getMessage(), n, sc), notRun);
+            } else if (failed) {
                 /* The failed rank's task fails the Spark job with its text; give it time to,
                  * then cancel what is left. */
                 driver.abort(notRun != null ? notRun.getMessage() : result.failureMessage());
@@ -218,6 +239,54 @@ public final class HorovodSpark {
         } finally {
             threads.shutdownNow();
         }
+    }
+
+    /* The task slots the application has now (executors x cores / spark.task.cpus, what Spark's
+     * barrier check counts), or -1 when this Spark does not say (a private method, reached by
+     * reflection so that another Spark version only loses the wait). */
+    private static int taskSlots(JavaSparkContext jsc) {
+        try {
+            Object sc = jsc.sc();
+            Object rpm = sc.getClass().getMethod("resourceProfileManager").invoke(sc);
+            Object rp = rpm.getClass().getMethod("defaultResourceProfile").invoke(rpm);
+            for (java.lang.reflect.Method m : sc.getClass().getMethods())
+                if (m.getName().equals("maxNumConcurrentTasks") && m.getParameterCount() == 1)
+                    return ((Number)m.invoke(sc, rp)).intValue();
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            /* another Spark: do not wait */
+        }
+        return -1;
+    }
+
+    /* Waits until the application has n task slots before the barrier stage is submitted: a
+     * stage submitted with too few waits for Spark's next check, 15 s later, and cannot be
+     * cancelled meanwhile, so a job asking for more slots than there are failed minutes late.
+     * With dynamic allocation (off local mode) Spark refuses a barrier stage at once, saying
+     * so: nothing to wait for. */
+    private static void waitForSlots(JavaSparkContext sc, int n, int timeoutMs) {
+        if (sc.getConf().getBoolean("spark.dynamicAllocation.enabled", false) && !sc.master().startsWith("local"))
+            return;
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        int slots = taskSlots(sc);
+        while (slots >= 0 && slots < n) {
+            if (System.nanoTime() >= deadline)
+                throw new HvdJobException(String.format(
+                    "hvd-bridge job did not run: timed out after %d ms waiting for %d Spark task slots: the "
+                        + "application has %d (executors x cores / spark.task.cpus); the %d tasks run at once in a "
+                        + "barrier stage: start more executors, ask for fewer ranks or a longer startTimeoutMs",
+                    timeoutMs, n, slots, n), null);
+            if (!sleep(200)) throw new HvdJobException("hvd-bridge job interrupted", null);
+            slots = taskSlots(sc);
+        }
+    }
+
+    /* The error for tasks that did not all start in time: the driver's sentence without its
+     * question about hvd-task's --driver (that is for task services started by hand). */
+    private static String notStarted(String why, int n, JavaSparkContext sc) {
+        int cut = why.indexOf(": are the executors running hvd-task");
+        return (cut >= 0 ? why.substring(0, cut) : why) + ": not all of the job's " + n + " Spark tasks started (a "
+            + "barrier stage runs them at once): other jobs may hold the application's " + sc.defaultParallelism()
+            + " task slots; wait for them, ask for fewer ranks, or give a longer startTimeoutMs";
     }
 
     /* The N-partition barrier job: all tasks start together or not at all, and the first
