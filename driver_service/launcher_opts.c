@@ -235,7 +235,8 @@ static int take_mpi(const char *v, char **argv, launch_opts *o) {
     for (size_t i = 0; i < sizeof mpi_words / sizeof *mpi_words; i++)
         mpi_like |= !strncasecmp(v, mpi_words[i], strlen(mpi_words[i]));
     if (!separate || mpi_like)
-        return usage_error("--mpi must be openmpi4, openmpi5, mpich or auto");
+        return usage_error("--mpi must be openmpi4, openmpi5, mpich (also Intel MPI and MVAPICH, "
+                           "Hydra's) or auto");
     optind--;
     return 0;
 }

@@ -559,7 +559,7 @@ def test_horovodrun_flags():
             rc, so, se, _ = hvdtest.run([os.path.join(ARGS.bin, "hvd-driver"), "run", "-np", "2", "-H",
                                          "localhost:2", "--mpi", word, "true"],
                                         hvdtest.marked_env(mark, ARGS.bin), cwd=d, timeout=JOB_LIMIT)
-            check(rc == 2 and "--mpi must be openmpi4, openmpi5, mpich or auto" in se,
+            check(rc == 2 and "--mpi must be openmpi4, openmpi5, mpich (also Intel MPI and MVAPICH, Hydra's) or auto" in se,
                   "an MPI --mpi does not know (%s) is refused: %d\n%s" % (word, rc, se))
         # An --mpi that is not the MPI of the mpirun that would run: refused before anything
         # starts (Open MPI 5's prterun given Open MPI 4's options falls back to ssh).

@@ -64,6 +64,7 @@ public final class HorovodSpark {
 
         /** Time for the tasks to start, register and agree on interfaces (default 120 s). */
         public Options startTimeoutMs(int v) {
+            if (v <= 0) throw new IllegalArgumentException("startTimeoutMs must be > 0, got " + v);
             startTimeoutMs = v;
             return this;
         }
@@ -209,8 +210,11 @@ public final class HorovodSpark {
                 notRun = new HvdException("interrupted", HvdException.STATE);
             }
             boolean failed = notRun != null || !result.succeeded();
-            boolean neverStarted = notRun != null && notRun.getMessage() != null
-                                   && notRun.getMessage().contains("waiting for tasks to register");
+            /* The registration timed out, the Spark job not failed (then its reason is the
+             * driver's, "stopped waiting for tasks to register: the Spark job failed: ..."). */
+            String why = notRun != null ? notRun.getMessage() : null;
+            boolean neverStarted = sparkFailure == null && why != null && why.startsWith("timed out")
+                                   && why.contains("waiting for tasks to register");
             if (neverStarted) {
                 /* Tasks still waiting for a slot cannot end by themselves. */
                 sc.cancelJobGroup(group);
@@ -284,9 +288,14 @@ public final class HorovodSpark {
      * question about hvd-task's --driver (that is for task services started by hand). */
     private static String notStarted(String why, int n, JavaSparkContext sc) {
         int cut = why.indexOf(": are the executors running hvd-task");
-        return (cut >= 0 ? why.substring(0, cut) : why) + ": not all of the job's " + n + " Spark tasks started (a "
-            + "barrier stage runs them at once): other jobs may hold the application's " + sc.defaultParallelism()
-            + " task slots; wait for them, ask for fewer ranks, or give a longer startTimeoutMs";
+        String head = cut >= 0 ? why.substring(0, cut) : why;
+        int slots = taskSlots(sc) >= 0 ? taskSlots(sc) : sc.defaultParallelism();
+        if (n > slots)
+            return head + ": the job's " + n + " Spark tasks must run at once (a barrier stage), and the application "
+                + "has " + slots + " task slots: start more executors or ask for fewer ranks";
+        return head + ": not all of the job's " + n + " Spark tasks started (a barrier stage runs them at once): "
+            + "other jobs may hold the application's " + slots + " task slots; wait for them, ask for fewer "
+            + "ranks, or give a longer startTimeoutMs";
     }
 
     /* The N-partition barrier job: all tasks start together or not at all, and the first
