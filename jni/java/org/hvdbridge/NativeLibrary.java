@@ -48,9 +48,11 @@ public final class NativeLibrary {
                     System.loadLibrary("hvd_jni");
                     loadedFrom = "java.library.path";
                 } catch (UnsatisfiedLinkError e) {
-                    tried.append("; java.library.path (").append(System.getProperty("java.library.path"))
-                        .append("): ").append(e.getMessage());
-                    throw new UnsatisfiedLinkError("cannot load libhvd_jni.so: tried " + tried);
+                    /* The loader's message already lists java.library.path's directories. */
+                    tried.append("; ").append(e.getMessage());
+                    throw new UnsatisfiedLinkError("cannot load libhvd_jni.so: tried " + tried
+                                                   + " (set -Dhvdbridge.library or HVD_JNI_LIBRARY to its "
+                                                   + "absolute path, or use the hvd-bridge.jar that holds it)");
                 }
             }
             int abi = nativeAbi();

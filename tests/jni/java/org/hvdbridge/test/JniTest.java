@@ -420,7 +420,10 @@ public final class JniTest {
         if ("fail".equals(expectFrom)) {
             for (int i = 0; i < 2; i++) {
                 UnsatisfiedLinkError e = expect(UnsatisfiedLinkError.class, "libhvd_jni", () -> TaskService.hostHash(null));
-                System.out.println("load failure: " + e.getMessage());
+                String m = e.getMessage(), libPath = System.getProperty("java.library.path");
+                System.out.println("load failure: " + m);
+                check(m.contains("HVD_JNI_LIBRARY"), "the message says what to set: " + m);
+                check(m.indexOf(libPath) == m.lastIndexOf(libPath), "java.library.path listed once: " + m);
             }
             return;
         }
