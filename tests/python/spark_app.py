@@ -58,17 +58,8 @@ def interrupt_case(hs, num_proc):
     hs.run raises KeyboardInterrupt once the job is down, and the next job runs."""
     import signal
     import tempfile
-    import threading
     d = tempfile.mkdtemp(prefix="hvd-interrupt.")
-
-    def interrupt():
-        deadline = time.time() + 120
-        while time.time() < deadline and sum(f.startswith("started.")
-                                             for f in os.listdir(d)) < num_proc:
-            time.sleep(0.1)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt, daemon=True).start()
+    once_ranks_started(d, num_proc, lambda: os.kill(os.getpid(), signal.SIGINT))
     t0 = time.time()
     try:
         hs.run(hangs, args=(d,), num_proc=num_proc, stdout=io.StringIO(), stderr=io.StringIO())
@@ -76,9 +67,7 @@ def interrupt_case(hs, num_proc):
     except BaseException as e:  # noqa: BLE001 - what it raised is the case's result
         report("interrupt", {"raised": type(e).__name__, "message": str(e),
                              "seconds": time.time() - t0})
-    for f in os.listdir(d):
-        os.unlink(os.path.join(d, f))
-    os.rmdir(d)
+    remove_dir(d)
     report("after_interrupt", {"values": hs.run(ranked, args=(1,), num_proc=num_proc)})
 
 
@@ -153,26 +142,35 @@ def cancel_case(hs, sc, num_proc):
     """The Spark job cancelled while the ranks run (sc.cancelAllJobs, the UI's kill): one line
     with Spark's reason, not py4j's text and the Java stack."""
     import tempfile
-    import threading
     d = tempfile.mkdtemp(prefix="hvd-cancel.")
-
-    def cancel():
-        deadline = time.time() + 120
-        while time.time() < deadline and sum(f.startswith("started.")
-                                             for f in os.listdir(d)) < num_proc:
-            time.sleep(0.1)
-        sc.cancelAllJobs()
-
-    threading.Thread(target=cancel, daemon=True).start()
+    once_ranks_started(d, num_proc, sc.cancelAllJobs)
     try:
         hs.run(hangs, args=(d,), num_proc=num_proc, stdout=io.StringIO(), stderr=io.StringIO())
         raised = None
     except Exception as e:  # noqa: BLE001 - what it raised is the case's result
         raised = "%s: %s" % (type(e).__name__, e)
+    remove_dir(d)
+    report("cancel", {"raised": raised})
+
+
+def once_ranks_started(d, num_proc, action):
+    """Calls action from a thread once num_proc ranks of hangs(d) have started (at most 120 s)."""
+    import threading
+
+    def wait_then_act():
+        deadline = time.time() + 120
+        while time.time() < deadline and sum(f.startswith("started.")
+                                             for f in os.listdir(d)) < num_proc:
+            time.sleep(0.1)
+        action()
+
+    threading.Thread(target=wait_then_act, daemon=True).start()
+
+
+def remove_dir(d):
     for f in os.listdir(d):
         os.unlink(os.path.join(d, f))
     os.rmdir(d)
-    report("cancel", {"raised": raised})
 
 
 def report(name, value):

@@ -54,12 +54,7 @@ def _end_for_reset(why, together):
     sys.stderr.write("hvd_bridge.torch.elastic: rank %d ends for a reset (%s)\n" % (rank(), why))
     if together:
         shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # a closed stream must not keep the rank alive
-            pass
-    os._exit(RESET_STATUS)
+    _exit_flushed(RESET_STATUS)
 
 
 def _end_for_failure(e):
@@ -69,12 +64,17 @@ def _end_for_failure(e):
     only this one does, its host is blamed and the job goes on without it."""
     sys.stderr.write("hvd_bridge.torch.elastic: rank %d fails (a reset would not help): %s\n" % (
         rank(), str(e).replace("\n", " ")))
+    _exit_flushed(FAILURE_STATUS)
+
+
+def _exit_flushed(status):
+    """Ends the process at once with status, after flushing what it wrote."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # a closed stream must not keep the rank alive
             pass
-    os._exit(FAILURE_STATUS)
+    os._exit(status)
 
 
 def run(func):
