@@ -244,8 +244,8 @@ static int count_stream(uint32_t ch, const uint8_t *d, size_t n, void *user) {
 
 static int demo(const hvd_secret *secret, uint16_t port, pid_t service_pid) {
     hvd_err err;
-    printf("hvd-bridge RPC demo (the end-to-end launcher is not built yet; this exercises the\n"
-           "authenticated RPC layer every part of the launcher talks over)\n\n");
+    printf("hvd-bridge RPC demo: the authenticated RPC layer every part of the launcher talks\n"
+           "over, on its own (scripts/run-example.sh runs a whole job)\n\n");
     printf("1. A service named 'bench' runs in process %d on port %u, all interfaces.\n",
            (int)service_pid, port);
     hvd_addr *addrs;

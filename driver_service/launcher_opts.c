@@ -47,6 +47,7 @@ static const char USAGE[] =
     "  -np, --num-proc N   number of tasks, and of ranks (one rank per task); with\n"
     "                      --ssh-hosts, the number of slots by default\n"
     "  --local H           start the N task services on this machine, on H fake hosts\n"
+    "                      (run only: serve waits for task services started elsewhere)\n"
     "  --ssh-hosts LIST    start the task services over ssh: LIST is [user@]host[:slots],...\n"
     "                      (slots default 1; N must not exceed their sum). The secret goes\n"
     "                      through each session's stdin, never on a command line\n"

@@ -549,9 +549,15 @@ static int task_init(TaskObject *self, PyObject *args, PyObject *kw) {
     size_t naddrs = 0;
     int rc = -1, start_ms, net_ms, life_ms, level = level_from(level_s);
     hvd_err err;
-    if (index < 0 || secret.len != HVD_SECRET_LEN || level < 0) {
-        PyErr_SetString(PyExc_ValueError,
-                        "index >= 0, a 32-byte secret and a log level error|warn|info|debug");
+    if (secret.len != HVD_SECRET_LEN) {
+        PyErr_Format(PyExc_ValueError,
+                     "secret must be the job's %d raw bytes (base64.b64decode of the job's "
+                     "HVD_SECRET), not %zd bytes",
+                     HVD_SECRET_LEN, secret.len);
+        goto out;
+    }
+    if (index < 0 || level < 0) {
+        PyErr_SetString(PyExc_ValueError, "index >= 0 and a log level error|warn|info|debug");
         goto out;
     }
     if (ms_from(start_timeout, "start_timeout", &start_ms) != 0 ||
@@ -676,9 +682,11 @@ static PyTypeObject TaskType = {
     .tp_basicsize = sizeof(TaskObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Task(index, driver, secret, gpus=None, work_dir=None, host_hash=None, nics=None, "
-              "start_timeout=600, net_timeout=15, min_lifetime=3, log_level='warn', "
+              "start_timeout=600, net_timeout=15, min_lifetime=3, log_level='warn', bind=None, "
               "elastic=False, warm_python=None, warm_imports=None): the task service of one "
-              "executor slot (include/hvd/task.h)",
+              "executor slot (include/hvd/task.h). driver: the driver's addresses (its "
+              "HVD_DRIVER_ADDRS); secret: the job's 32 raw bytes (base64.b64decode of its "
+              "HVD_SECRET)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)task_init,
     .tp_dealloc = (destructor)task_dealloc,
