@@ -416,9 +416,28 @@ static int local_mpi(launch_opts *o) {
     return 0;
 }
 
+/* A Python command that writes unbuffered (PYTHONUNBUFFERED, python -u) writes each print
+ * argument and its newline apart, and the launcher tags each piece: said once, with the cure
+ * (docs/launcher.md). Not for --payload commands (hvd_bridge.run's ranks write whole lines). */
+static void warn_unbuffered_python(const launch_opts *o) {
+    if (!o->command || o->payload) return;
+    const char *slash = strrchr(o->command[0], '/');
+    const char *name = slash ? slash + 1 : o->command[0];
+    const char *unbuffered = getenv("PYTHONUNBUFFERED"), *opt = o->command[1] ? o->command[1] : "";
+    bool dash_u = strcmp(opt, "-u") == 0,
+         env_u = unbuffered && *unbuffered && strcmp(opt, "-E") != 0 && strcmp(opt, "-I") != 0;
+    if (strncmp(name, "python", 6) != 0 || (!env_u && !dash_u)) return;
+    fprintf(stderr,
+            "hvd-driver: warning: %s writes unbuffered, so a rank's line may come out in tagged "
+            "pieces; run it buffered (%s) or write each line in one call\n",
+            dash_u ? "python -u" : "PYTHONUNBUFFERED is set: python",
+            dash_u ? "without -u" : "env -u PYTHONUNBUFFERED hvd-driver ...");
+}
+
 /* Starts the task services (local, over ssh), or says how to start them. */
 static int start_tasks(job *j) {
     hvd_err err;
+    warn_unbuffered_python(&j->o);
     if (!j->o.serve && run_mpi(&j->o) != 0) return -1; /* serve: the user runs the launcher */
     if (j->o.local_hosts > 0 && local_mpi(&j->o) != 0) return -1;
     if (j->o.local_hosts > 0 && j->o.discovery_script) {

@@ -26,7 +26,8 @@ static json_t *rank_json(const hvd_rank_result *r) {
                           task, "host_hash", r->host_hash ? r->host_hash : "", "reported",
                           r->present, "status", r->status, "stopped", r->stopped, "order",
                           (json_int_t)r->order, "result_hex", result_hex, "error", r->error);
-    json_t *text = json_stringn((const char *)r->data, r->len); /* NULL: not UTF-8 */
+    /* NULL: not UTF-8 (jansson refuses data NULL, which an empty result may have) */
+    json_t *text = r->len ? json_stringn((const char *)r->data, r->len) : json_string("");
     if (o && text) json_object_set_new(o, "result_text", text);
     return o;
 }

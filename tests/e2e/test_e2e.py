@@ -151,9 +151,14 @@ def test_argv_entry():
     needs_fake_hostnames(2)
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as d:
-        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", *mpi_opts(), "--", ARGS.probe_rank),
+        out = os.path.join(d, "results.json")
+        rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", *mpi_opts(), "--results-json", out,
+                                    "--", ARGS.probe_rank),
                              hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d), cwd=d)
         check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        ranks = load_results(out)["ranks"]
+        check([(r["result_hex"], r.get("result_text")) for r in ranks] == [("", "")] * 4,
+              "a command's empty result is valid UTF-8 text: %s" % ranks)
         for r in range(4):
             with open(os.path.join(d, "rank%d" % r)) as f:
                 info = hvdtest.parse_kv(f.read())

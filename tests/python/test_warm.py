@@ -87,7 +87,8 @@ class Case:
         env["HVD_WARM_PYTHON"] = python or sys.executable
         env["HVD_WARM_IMPORTS"] = MARKER
         env["WARM_TEST_DIR"] = self.dir
-        env.pop("PYTHONUNBUFFERED", None)
+        if "PYTHONUNBUFFERED" not in extra:
+            env.pop("PYTHONUNBUFFERED", None)
         return env
 
     def file(self, name, text):
@@ -146,6 +147,8 @@ def test_forms():
                     os.unlink(os.path.join(c.dir, "unclosed.%d" % r))
             rc, out, err, _ = job(c, 2, program)
             check(rc == 0, "%s: the job failed (%d):\n%s" % (program[1], rc, err[-3000:]))
+            check(("python -u writes unbuffered" in err) == (program[1] == "-u"),
+                  "%s: the driver warns of python -u, and only of it:\n%s" % (program[1], err[-2000:]))
             for r, info in enumerate(infos(out, 2)):
                 check_warm(info)
                 check(info["argv"] == argv, "argv %r, not %r" % (info["argv"], argv))
@@ -158,9 +161,14 @@ def test_forms():
                           "a file the program never closed is flushed at its end")
                 check("[1,%d]<stderr>:rank %d on stderr" % (r, r) in err, "stderr of rank %d:\n%s" % (
                     r, err[-2000:]))
-        # Cold: an option that changes how Python starts, and a program that is not Python.
-        rc, out, err, _ = job(c, 2, [sys.executable, "-E", script])
+        rc, out, err, _ = job(c, 1, [sys.executable, script], env=c.env(PYTHONUNBUFFERED="1"))
+        check(rc == 0 and "PYTHONUNBUFFERED is set: python writes unbuffered" in err,
+              "the driver warns of PYTHONUNBUFFERED (%d):\n%s" % (rc, err[-2000:]))
+        # Cold: an option that changes how Python starts (-E: the environment's PYTHON*
+        # variables are ignored, so no warning), and a program that is not Python.
+        rc, out, err, _ = job(c, 2, [sys.executable, "-E", script], env=c.env(PYTHONUNBUFFERED="1"))
         check(rc == 0, "-E: the job failed (%d):\n%s" % (rc, err[-3000:]))
+        check("unbuffered" not in err, "-E: no warning:\n%s" % err[-2000:])
         for info in infos(out, 2):
             check_warm(info, warm=False)
         rc, out, err, _ = job(c, 2, ["/bin/sh", "-c", 'echo "cold rank $HOROVOD_RANK"'])
