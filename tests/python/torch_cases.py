@@ -207,7 +207,49 @@ def collectives(device="cpu"):
     if not 0 <= last < n:
         bad.append("join returned %r" % last)
     bad += _autograd(torch, hvd, r, n)
+    bad += _process_sets(torch, hvd, r, n)
+    bad += _fresh_optimizer_state(torch, hvd, r)
     hvd.shutdown()
+    return bad
+
+
+def _fresh_optimizer_state(torch, hvd, r):
+    """broadcast_optimizer_state's zero-gradient step (which makes a fresh optimizer's state)
+    leaves the parameters as they were, weight decay or not."""
+    bad = []
+    for cls in (torch.optim.AdamW, torch.optim.SGD):
+        model = torch.nn.Linear(3, 2)
+        torch.nn.init.constant_(model.weight, 1.0)
+        opt = cls(model.parameters(), lr=0.5, weight_decay=0.1)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        if not bool((model.weight == 1.0).all()):
+            bad.append("rank %d %s: the state broadcast moved the weights %s"
+                       % (r, cls.__name__, model.weight.tolist()))
+    return bad
+
+
+def _process_sets(torch, hvd, r, n):
+    """The global process set as Horovod's after init; a set of some ranks is never registered
+    (Horovod's values before registration), and using it, or Adasum, is refused."""
+    bad = []
+    g = hvd.global_process_set
+    got = (g.process_set_id, g.ranks, g.size(), g.rank(), g.included())
+    if got != (0, list(range(n)), n, r, True):
+        bad.append("rank %d global process set: %r" % (r, got))
+    ps = hvd.ProcessSet([0])
+    got = (ps.process_set_id, ps.ranks, ps.size(), ps.rank(), ps.included())
+    if got != (None, [0], None, None, r == 0):
+        bad.append("rank %d unregistered ProcessSet([0]): %r" % (r, got))
+    sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    for what, call in (("allreduce on a set", lambda: hvd.allreduce(torch.ones(1), process_set=ps)),
+                       ("add_process_set", lambda: hvd.add_process_set(ps)),
+                       ("DistributedOptimizer(op=Adasum)",
+                        lambda: hvd.DistributedOptimizer(sgd, op=hvd.Adasum))):
+        try:
+            call()
+            bad.append("rank %d: %s was not refused" % (r, what))
+        except NotImplementedError:
+            pass
     return bad
 
 

@@ -12,14 +12,16 @@ from .compression import Compression
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
 from .mpi_ops import (Adasum, Average, HorovodInternalError, HostsUpdatedInterrupt, Max, Min,
-                      ProcessSet, Product, Sum, allgather_async, allreduce_async,
+                      ProcessSet, Product, Sum, add_process_set, allgather_async,
+                      allreduce_async,
                       allreduce_async_, alltoall_async, barrier, broadcast_async,
                       broadcast_async_, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
                       gloo_built, gloo_enabled, global_process_set, grouped_allgather_async,
                       grouped_allreduce_async, grouped_allreduce_async_,
                       grouped_reducescatter_async, init, is_initialized, join, local_rank,
                       local_size, mpi_built, mpi_built_for, mpi_enabled, mpi_threads_supported,
-                      nccl_built, poll, rank, reducescatter_async, rocm_built, shutdown, size,
+                      nccl_built, poll, rank, reducescatter_async, remove_process_set,
+                      rocm_built, shutdown, size,
                       start_timeline, stop_timeline, synchronize)
 from .optimizer import DistributedOptimizer
 from . import elastic  # noqa: E402 - hvd.elastic.TorchState, @hvd.elastic.run
@@ -259,3 +261,18 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n != "torch"]
+
+# horovod.torch's names that hvd_bridge.torch lacks, with what to use instead.
+_NOT_PROVIDED = {
+    "SyncBatchNorm": "use torch.nn.SyncBatchNorm with torch.distributed (its env:// variables are "
+                     "set in every rank), or plain BatchNorm",
+    "sparse_allreduce_async": "give DistributedOptimizer sparse_as_dense=True, or allreduce "
+                              "tensor.to_dense()",
+}
+
+
+def __getattr__(name):
+    if name in _NOT_PROVIDED:
+        raise AttributeError("hvd_bridge.torch has no %s (docs/torch.md): %s" % (
+            name, _NOT_PROVIDED[name]))
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

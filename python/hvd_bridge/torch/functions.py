@@ -37,7 +37,9 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Copies root's optimizer state (its hyper-parameters and per-parameter state) to every
     rank. A fresh optimizer takes one step with zero gradients first, so that its state exists
     everywhere: sparse ones for SparseAdam, and for SGD on the parameters of model's sparse
-    Embeddings (model: optional, as in Horovod)."""
+    Embeddings (model: optional, as in Horovod). The parameters are put back after that step:
+    weight decay moves them even with zero gradients (Horovod leaves them moved, so a fresh
+    rank drifted from a resumed root for good)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state_dict = optimizer.state_dict()
@@ -53,9 +55,14 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
                     if isinstance(optimizer, torch.optim.SparseAdam) or (
                             isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
                         p.grad = p.grad.to_sparse()
+        kept = [(p, p.detach().clone()) for group in optimizer.param_groups
+                for p in group["params"] if p.requires_grad]
         # A DistributedOptimizer steps without its allreduces: ranks may not all get here.
         step = getattr(optimizer, "_hvd_local_step", None)
         (step or optimizer.step)()
+        with torch.no_grad():
+            for p, value in kept:
+                p.copy_(value)
         state_dict = optimizer.state_dict()
     if not state_dict["state"]:
         return  # a stateless optimizer: nothing to send

@@ -36,12 +36,55 @@ _DTYPES = {torch.uint8: 0, torch.int8: 1, torch.int32: 2, torch.int64: 3, torch.
            torch.bfloat16: 5, torch.float32: 6, torch.float64: 7}
 
 
-class ProcessSet:
-    """Horovod's process sets; hvd_bridge supports the global one only."""
+_ONLY_GLOBAL = ("hvd_bridge.torch supports only the global process set "
+                "(hvd.global_process_set, every rank)")
 
-    def __init__(self, ranks=None):
+
+class ProcessSet:
+    """Horovod's process set of some ranks. hvd_bridge supports the global one only: a set made
+    here is never registered (process_set_id, size() and rank() stay None, as in Horovod
+    before registration), and a collective, init() or add_process_set() given it raises
+    NotImplementedError."""
+    process_set_id = None
+    ranks = None
+    mpi_comm = None
+
+    def __init__(self, ranks_or_comm):
+        try:
+            ranks = sorted(ranks_or_comm)
+        except TypeError:
+            raise NotImplementedError(_ONLY_GLOBAL + "; ProcessSet takes a list of ranks, not an "
+                                      "MPI communicator") from None
+        if any(not isinstance(r, int) for r in ranks):
+            raise ValueError("ProcessSet should be initialized with a list of process ranks")
         self.ranks = ranks
-        self.process_set_id = 0
+
+    def size(self):
+        return None
+
+    def rank(self):
+        return None
+
+    def included(self):
+        return rank() in self.ranks
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=None)" % (self.process_set_id,
+                                                                        self.ranks)
+
+    __repr__ = __str__
+
+
+class _GlobalProcessSet(ProcessSet):
+    """Every rank of the job: process_set_id 0, ranks [0, size()) once the runtime runs."""
+    process_set_id = 0
+
+    def __init__(self):
+        pass
+
+    @property
+    def ranks(self):
+        return list(range(size())) if is_initialized() else []
 
     def size(self):
         return size()
@@ -52,16 +95,21 @@ class ProcessSet:
     def included(self):
         return True
 
-    def __repr__(self):
-        return "ProcessSet(global)"
+
+global_process_set = _GlobalProcessSet()
 
 
-global_process_set = ProcessSet()
+def add_process_set(process_set):
+    raise NotImplementedError(_ONLY_GLOBAL)
+
+
+def remove_process_set(process_set):
+    raise NotImplementedError(_ONLY_GLOBAL)
 
 
 def _check_process_set(process_set):
     if process_set is not global_process_set and process_set is not None:
-        raise NotImplementedError("hvd_bridge.torch supports only the global process set")
+        raise NotImplementedError(_ONLY_GLOBAL)
 
 
 # ---- lifecycle --------------------------------------------------------------------------------

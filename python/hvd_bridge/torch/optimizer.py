@@ -10,7 +10,7 @@ import torch
 
 from . import mpi_ops
 from .compression import Compression
-from .mpi_ops import Average, Sum, allreduce_async_, size, synchronize
+from .mpi_ops import Adasum, Average, Sum, allreduce_async_, size, synchronize
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -338,6 +338,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by hvd_bridge.torch: use op=Average "
+                                  "(the default) or Sum")
     if op not in (Average, Sum):
         raise ValueError("DistributedOptimizer averages or sums gradients: op must be Average or "
                          "Sum")
