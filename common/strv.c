@@ -104,6 +104,54 @@ char **hvd_strv_split(const char *s, char sep) {
     return hvd_strb_finish(&b);
 }
 
+/* One shell word of s from *pos into out (room for strlen(s) + 1): 0, or -1 with *why. */
+static int shell_word(const char *s, size_t *pos, char *out, const char **why) {
+    size_t i = *pos, n = 0;
+    char quote = 0;
+    for (; s[i] && (quote || (s[i] != ' ' && s[i] != '\t' && s[i] != '\n')); i++) {
+        char c = s[i];
+        if (quote == '\'') {
+            if (c == '\'')
+                quote = 0;
+            else
+                out[n++] = c;
+        } else if (c == '\\' && s[i + 1] &&
+                   (!quote || strchr("\\\"$`", s[i + 1]))) { /* in "...": only those */
+            out[n++] = s[++i];
+        } else if (c == '"' && quote) {
+            quote = 0;
+        } else if ((c == '"' || c == '\'') && !quote) {
+            quote = c;
+        } else {
+            out[n++] = c;
+        }
+    }
+    out[n] = '\0';
+    *pos = i;
+    if (quote) *why = quote == '"' ? "an unclosed \" quote" : "an unclosed ' quote";
+    return quote ? -1 : 0;
+}
+
+char **hvd_strv_split_shell(const char *s, const char **why) {
+    *why = NULL;
+    hvd_strb b = {0};
+    char *word = malloc(strlen(s) + 1);
+    if (!word) return NULL;
+    for (size_t i = 0;;) {
+        while (s[i] == ' ' || s[i] == '\t' || s[i] == '\n')
+            i++;
+        if (!s[i]) break;
+        if (shell_word(s, &i, word, why) != 0) {
+            free(word);
+            hvd_strb_free(&b);
+            return NULL;
+        }
+        hvd_strb_add(&b, word);
+    }
+    free(word);
+    return hvd_strb_finish(&b);
+}
+
 char *hvd_strv_join(const char *const *v, const char *sep) {
     size_t len = 1, seplen = strlen(sep);
     for (size_t i = 0; v && v[i]; i++)

@@ -92,6 +92,15 @@ void launch_opts_free(launch_opts *o);
 int launch_opts_usage_error(const char *what);
 int launch_opts_number(const char *opt, const char *text, int min, int max, int *out);
 
+/* ---- launcher_horovodrun.c: horovodrun's flags not taken as such ---- */
+
+enum { OPT_HOROVODRUN_FLAG = 3000, OPT_HOROVODRUN_VERSION = 3999 };
+/* Their long options (codes OPT_HOROVODRUN_FLAG + i), and -v/--version. */
+const struct option *horovodrun_flag_options(void);
+/* One of them: taken, said to be ignored (returns 0), or refused with why (returns 2). */
+int horovodrun_flag_take(int c, launch_opts *o);
+void horovodrun_print_version(void);
+
 /* ---- launcher_elastic_opts.c: elastic jobs and horovodrun's host flags ---- */
 
 extern const char ELASTIC_USAGE[];

@@ -54,8 +54,13 @@ const char ELASTIC_USAGE[] =
     "                            well (Open MPI 5: in DIR/rank.<job id>.R.out and .err\n"
     "                            instead; MPICH: in DIR/1/rank.R instead); elastic jobs:\n"
     "                            launch E's under DIR/launch.E\n"
-    "  --mpi-args \"A B\"    mpirun's extra words, split at spaces (as --mpi-arg A --mpi-arg B)\n"
+    "  --mpi-args \"A B\"    mpirun's extra words, split as a shell does (quotes kept\n"
+    "                      together; nothing expanded), as --mpi-arg A --mpi-arg B\n"
     "  --disable-cache     accepted; hvd-driver caches no checks\n"
+    "  --prefix-output-with-timestamp  mpirun's --timestamp-output (Open MPI)\n"
+    "  horovodrun's other flags are ignored with a line when they ask for what hvd-bridge\n"
+    "  does anyway (--stall-check, --no-autotune, --log-level L, ...), else refused saying\n"
+    "  why (--gloo, --autotune, --hierarchical-allreduce, --config-file, -cb, ...)\n"
     "  COMMAND ARGS        the command may follow the options without --\n"
     "\n"
     "horovodrun's tunables: the HOROVOD_* variable each sets for every rank (docs/runtime.md)\n"
@@ -214,9 +219,15 @@ static int tunable(int i, const char *v, launch_opts *o) {
     return 0;
 }
 
-/* --mpi-args "A B": its words, split at spaces, as mpirun's extra words. */
+/* --mpi-args "A B": its words, split as a shell does, as mpirun's extra words. */
 static int mpi_words(const char *v, launch_opts *o) {
-    char **words = hvd_strv_split(v, ' ');
+    const char *why;
+    char **words = hvd_strv_split_shell(v, &why); /* horovodrun's go through a shell */
+    if (!words && why) {
+        char msg[HVD_ERR_MAX];
+        snprintf(msg, sizeof msg, "--mpi-args '%.200s' has %s", v, why);
+        return launch_opts_usage_error(msg);
+    }
     if (!words) return launch_opts_usage_error("out of memory");
     for (size_t i = 0; words[i]; i++)
         hvd_strb_add(&o->mpi_argb, words[i]);

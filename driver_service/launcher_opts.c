@@ -103,7 +103,8 @@ static const char USAGE[] =
     "  --results-json FILE write every rank's result as JSON\n"
     "  --verbose           print the mpirun command and progress\n"
     "  --quiet             no results table at the end (a failure is still named)\n"
-    "  --help              this text\n"
+    "  --help, -h          this text\n"
+    "  --version, -v       hvd-driver's version\n"
     "\n"
     "Environment: the job secret is created here and passed only in the environment\n"
     "(HVD_SECRET) and in a 0600 file; it never appears on a command line.\n"
@@ -193,6 +194,7 @@ static const struct option LONG_OPTS[] = {
     {"lifeline-fd", required_argument, NULL, OPT_LIFELINE_FD},
     {"lifeline-dir", required_argument, NULL, OPT_LIFELINE_DIR},
     {"help", no_argument, NULL, OPT_HELP},
+    {"h", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
 
@@ -201,14 +203,17 @@ static void print_usage(void) {
     fputs(ELASTIC_USAGE, stdout);
 }
 
-/* LONG_OPTS followed by launcher_elastic_opts.c's options. */
+/* LONG_OPTS followed by launcher_elastic_opts.c's and launcher_horovodrun.c's options; NULL
+ * if they do not fit (a bug, said by the caller). */
 static const struct option *all_options(void) {
-    static struct option all[sizeof LONG_OPTS / sizeof LONG_OPTS[0] + 32];
+    static struct option all[sizeof LONG_OPTS / sizeof LONG_OPTS[0] + 128];
+    const struct option *parts[] = {LONG_OPTS, ELASTIC_LONG_OPTS, horovodrun_flag_options()};
     size_t n = 0;
-    for (size_t i = 0; LONG_OPTS[i].name; i++)
-        all[n++] = LONG_OPTS[i];
-    for (size_t i = 0; ELASTIC_LONG_OPTS[i].name && n + 1 < sizeof all / sizeof all[0]; i++)
-        all[n++] = ELASTIC_LONG_OPTS[i];
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++)
+        for (size_t i = 0; parts[p][i].name; i++) {
+            if (n + 1 >= sizeof all / sizeof all[0]) return NULL;
+            all[n++] = parts[p][i];
+        }
     all[n] = (struct option){NULL, 0, NULL, 0};
     return all;
 }
@@ -327,7 +332,9 @@ static int take(int c, const char *v, int argc, char **argv, launch_opts *o) {
     case OPT_LIFELINE_DIR:
         o->lifeline_dir = v;
         return 0;
-    default: /* elastic jobs and horovodrun's host flags: launcher_elastic_opts.c */
+    default:
+        if (c >= OPT_HOROVODRUN_FLAG) return horovodrun_flag_take(c, o); /* launcher_horovodrun.c */
+        /* elastic jobs and horovodrun's host flags: launcher_elastic_opts.c */
         return elastic_opts_take(c, v, argc, argv, o);
     }
 }
@@ -379,6 +386,10 @@ int launch_opts_parse(int argc, char **argv, launch_opts *o) {
         print_usage();
         return -1;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-v")) {
+        horovodrun_print_version();
+        return -1;
+    }
     if (!strcmp(argv[1], "serve"))
         o->serve = true;
     else if (strcmp(argv[1], "run") != 0)
@@ -389,9 +400,14 @@ int launch_opts_parse(int argc, char **argv, launch_opts *o) {
     opterr = 0;
     int c;
     const struct option *opts = all_options();
+    if (!opts) return usage_error("too many options for the table (a bug in hvd-driver)");
     while (rc == 0 && (c = getopt_long_only(argc, argv, "+:", opts, NULL)) != -1) {
         if (c == OPT_HELP) {
             print_usage();
+            return -1;
+        }
+        if (c == OPT_HOROVODRUN_VERSION) {
+            horovodrun_print_version();
             return -1;
         }
         if (c == ':') {

@@ -35,6 +35,22 @@ static void test_strv(void) {
     hvd_strv_free(v);
     hvd_strv_free(c);
 
+    /* shell words: quotes, backslashes, empty words, nothing expanded */
+    const char *why = NULL;
+    char **w = hvd_strv_split_shell(
+        "  -x \"FOO=a b\" --bind-to\tcore 'it''s $HOME' a\\ b \"\\$x\\n\" '' ", &why);
+    const char *want[] = {"-x",  "FOO=a b", "--bind-to", "core", "its $HOME",
+                          "a b", "$x\\n",   "",          NULL};
+    CHECK(w && !why && hvd_strv_len((const char *const *)w) == 8);
+    for (size_t i = 0; w && i < 8; i++)
+        CHECK_MSG(!strcmp(w[i], want[i]), "word %zu: [%s], want [%s]", i, w[i], want[i]);
+    hvd_strv_free(w);
+    CHECK(!hvd_strv_split_shell("-x \"FOO=a", &why) && why && strstr(why, "unclosed"));
+    CHECK(!hvd_strv_split_shell("it's", &why) && why && strstr(why, "'"));
+    w = hvd_strv_split_shell(" \t\n", &why);
+    CHECK(w && w[0] == NULL && !why);
+    hvd_strv_free(w);
+
     char **e = hvd_strv_split("", ',');
     CHECK(e && e[0] == NULL);
     hvd_strv_free(e);

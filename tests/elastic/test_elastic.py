@@ -578,11 +578,13 @@ def test_horovodrun_flags():
 
 def test_horovodrun_tunables():
     """horovodrun's other names and tunables: --num-proc, -p and -i (ignored for this machine),
-    --mpi-args split into words, --disable-cache accepted; --fusion-threshold-mb,
+    --mpi-args split into words as a shell does, --disable-cache accepted, the flags that ask
+    for what hvd-bridge does anyway ignored with a line each; --fusion-threshold-mb,
     --cycle-time-ms, --no-stall-check and --timeline-filename reach every rank as the
     HOROVOD_* variables, and the runtime of a training job writes the timeline where the
-    user's relative path says. A value that is no number is refused in one line, and
-    --min-num-proc, --max-num-proc and --slots-per-host are the options they alias."""
+    user's relative path says. A value that is no number is refused in one line, so are the
+    flags hvd-bridge cannot honour (saying why), and --min-num-proc, --max-num-proc and
+    --slots-per-host are the options they alias; -v is horovodrun's --version."""
     mark = uuid.uuid4().hex
     env = hvdtest.marked_env(mark, ARGS.bin)
     driver = os.path.join(ARGS.bin, "hvd-driver")
@@ -591,13 +593,20 @@ def test_horovodrun_tunables():
                   os.path.join(d, "no-such-key"), "--disable-cache", "--fusion-threshold-mb", "3",
                   "--cycle-time-ms", "2.5", "--no-stall-check", "--timeline-filename", "tl.json"]
         rc, so, se, _ = hvdtest.run(
-            [driver] + common + ["--mpi-args", "-x HVD_T1=one -x HVD_T2=two", "sh", "-c",
+            [driver] + common + ["--no-autotune", "--log-level", "INFO", "--stall-check",
+                                 "--mpi-args", "-x HVD_T1=one -x 'HVD_T2=two  2'", "sh", "-c",
                                  "echo vars $HOROVOD_FUSION_THRESHOLD $HOROVOD_CYCLE_TIME "
-                                 "$HOROVOD_STALL_CHECK_DISABLE $HOROVOD_TIMELINE $HVD_T1 $HVD_T2"],
+                                 "$HOROVOD_STALL_CHECK_DISABLE $HOROVOD_TIMELINE $HVD_T1 \"$HVD_T2\""],
             env, cwd=d, timeout=JOB_LIMIT)
         check(rc == 0, "the command failed (%d):\n%s\n%s" % (rc, so, se))
-        want = "vars 3145728 2.5 1 %s one two" % os.path.join(d, "tl.json")
+        want = "vars 3145728 2.5 1 %s one two  2" % os.path.join(d, "tl.json")
         check(so.count(want) == 2, "both ranks print %r:\n%s" % (want, so))
+        for flag in ("--no-autotune", "--log-level", "--stall-check"):
+            check(se.count("horovodrun's %s is ignored: " % flag) == 1, "%s said ignored once:\n%s"
+                  % (flag, se))
+        rc, so, se, _ = hvdtest.run([driver, "run", "-v"], env, cwd=d, timeout=JOB_LIMIT)
+        check(rc == 0 and so.startswith("hvd-driver (hvd-bridge) ") and not se,
+              "-v prints the version (%d):\n%s%s" % (rc, so, se))
         rc, so, se, _ = hvdtest.run(
             [driver] + common + RANK_ASAN + ["--entry", ARGS.train_lib + ":hvd_example_train_sgd",
                                              "--entry-arg", "epochs=2"],
@@ -612,7 +621,10 @@ def test_horovodrun_tunables():
                            (["--fusion-threshold-mb", "-1"], "--fusion-threshold-mb must be"),
                            (["--min-num-proc", "3", "--max-num-proc", "2"],
                             "--max-np must be at least --min-np"),
-                           (["--slots-per-host", "2"], "--max-np, --slots and --reset-limit go")):
+                           (["--slots-per-host", "2"], "--max-np, --slots and --reset-limit go"),
+                           (["--gloo"], "horovodrun's --gloo is not supported: hvd-bridge runs"),
+                           (["-cb"], "horovodrun's -cb is not supported: hvd-bridge has one build"),
+                           (["--mpi-args", "-x 'A=b"], "--mpi-args '-x 'A=b' has an unclosed ' quote")):
             rc, so, se, _ = hvdtest.run([driver, "run", "-np", "2", "--local", "1"] + args + ["true"],
                                         env, cwd=d, timeout=JOB_LIMIT)
             check(rc == 2 and says in se and se.count("\n") == 1, "%s: %d\n%s" % (args, rc, se))

@@ -16,6 +16,12 @@ char **hvd_strv_copy(const char *const *v);
  * empty s gives an empty vector. */
 char **hvd_strv_split(const char *s, char sep);
 
+/* Splits s into words as a POSIX shell does, without expanding anything: blanks separate
+ * words, '...' keeps everything literally, "..." keeps all but \\ \" \$ \` (the backslash goes),
+ * and outside quotes a backslash keeps the next character. NULL with *why set ("an unclosed
+ * quote") when s cannot be split, NULL with *why NULL on out of memory. */
+char **hvd_strv_split_shell(const char *s, const char **why);
+
 /* Joins v with sep between the strings into a malloc'd string. */
 char *hvd_strv_join(const char *const *v, const char *sep);
 
