@@ -186,7 +186,9 @@ def values_or_raise(rows, mpirun_status, stop_reason=None, failure=None, first_f
     """The ranks' return values in rank order, or a JobError naming what failed first: why the
     job was stopped; else ``failure`` (the driver's sentence for the part of the job that
     failed first on its own: a rank, a task service, an agent, orted), with the Python
-    traceback when that part is a rank whose function raised; else mpirun's status.
+    traceback when that part is a rank whose function raised; a rank that ended with status 0
+    without its result (os._exit(0)) before a failure blamed on no part, where mpirun then
+    stopped the others; else mpirun's status.
     ``first_failed`` is the rank that failed first on its own (-1: none)."""
     outcomes = [RankOutcome(r) for r in sorted(rows, key=lambda r: r[0])]
     if mpirun_status == 0 and not stop_reason and all(o.ok for o in outcomes):
@@ -200,8 +202,8 @@ def values_or_raise(rows, mpirun_status, stop_reason=None, failure=None, first_f
         msg = "rank %d (task %d on %s) raised %s: %s\n\nRemote traceback:\n%s" % (
             bad.rank, bad.task, bad.host or "?", bad.exc_type, bad.exc_message,
             bad.remote_traceback)
-    elif failure:
-        msg = failure
+    elif failure and not (first_failed < 0 and any(o.no_result for o in outcomes)):
+        msg = failure  # else a rank that ended with status 0 without its result came first
     elif any(o.unreadable for o in outcomes):
         bad = next(o for o in outcomes if o.unreadable)
         msg = ("rank %d (task %d on %s) returned a value this process cannot unpickle: %s "
@@ -259,21 +261,35 @@ class OutputForwarder:
         except Exception:  # noqa: BLE001 - nowhere to say it: dropping is all that is left
             pass
 
+    LONG_LINE = 1 << 20  # a line without its end this long is written on in pieces
+
     def _pump(self):
+        """Linear in the output, however long its lines: the unfinished line is kept in pieces
+        (joining it at every read made a 40 MB line take 37 s), and one longer than LONG_LINE
+        (a progress bar's \\r updates) is written as it comes."""
         dec = codecs.getincrementaldecoder("utf-8")("replace")
-        pending = ""
+        parts, size = [], 0  # the unfinished line
         while True:
             chunk = os.read(self._r, 65536)
             text = dec.decode(chunk, final=not chunk)
-            pending += text
-            *lines, pending = pending.split("\n")
-            for line in lines:
-                self.last_lines.append(line)
-                self._write(line + "\n")
+            if "\n" in text:
+                first, *lines, rest = text.split("\n")
+                parts.append(first)
+                lines.insert(0, "".join(parts))
+                for line in lines:
+                    self.last_lines.append(line)
+                    self._write(line + "\n")
+                parts, size = [rest], len(rest)
+            elif text:
+                parts.append(text)
+                size += len(text)
+                if size >= self.LONG_LINE:
+                    self._write("".join(parts))
+                    parts, size = [], 0
             if not chunk:
                 break
-        if pending:
-            self._write(pending)
+        if size or any(parts):
+            self._write("".join(parts))
         os.close(self._r)
 
     def close_writer(self):

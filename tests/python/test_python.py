@@ -152,8 +152,22 @@ def talk(lines):
     return lines
 
 
+def long_line(n):
+    import sys as _sys
+    _sys.stdout.write("x" * n)  # no end of line for a while, as a progress bar's \r updates
+    _sys.stdout.flush()
+    print("\nafter")
+
+
 def test_output():
     import hvd_bridge
+    # A line longer than the forwarder keeps whole (1 MiB): written on in pieces, nothing lost.
+    out = io.StringIO()
+    with Job():
+        hvd_bridge.run(long_line, args=(3 << 20,), np=1, stdout=out, stderr=io.StringIO())
+    text = out.getvalue()
+    check(text.count("x") == 3 << 20 and text.endswith("[1,0]<stdout>:after\n"),
+          "a 3 MiB line and the next: %d x, ending %r" % (text.count("x"), text[-40:]))
     out, err = io.StringIO(), io.StringIO()
     with Job():
         hvd_bridge.run(talk, args=(50,), np=2, stdout=out, stderr=err)
@@ -324,27 +338,34 @@ def test_big_payload():
     check(got == [want, want], "each rank saw the whole 100 MiB: %r" % got)
 
 
-def exits_quietly():
+def exits_quietly(after_init=False):
     import os as _os
     import time as _time
+    if after_init:  # MPI initialized: mpirun stops the other ranks once rank 1 is gone
+        from hvd_bridge import _runtime
+        _runtime.init()
     if _os.environ["RANK"] == "1":
         _os._exit(0)
-    _time.sleep(1)
+    _time.sleep(1 if not after_init else 30)
     return "returned"
 
 
 def test_no_result():
     """A rank whose process ends with status 0 before the function returns (os._exit(0)) is a
-    failure naming it; its value was taken as None without a word."""
+    failure naming it; its value was taken as None without a word. After the runtime's init,
+    mpirun then stops the other ranks: still rank 1 is named (it was 'stopped by orted ... no
+    part of the job failed on its own', naming no rank)."""
     import hvd_bridge
-    with Job():
-        try:
-            got = hvd_bridge.run(exits_quietly, np=2)
-        except hvd_bridge.JobError as e:
-            check(e.rank == 1 and "exited with status 0 without returning a result" in str(e),
-                  "the error names rank 1: %s" % e)
-        else:
-            raise Failure("taken as a success: %r" % (got,))
+    for after_init in (False, True):
+        with Job():
+            try:
+                got = hvd_bridge.run(exits_quietly, args=(after_init,), np=2,
+                                     stderr=io.StringIO())
+            except hvd_bridge.JobError as e:
+                check(e.rank == 1 and "exited with status 0 without returning a result" in str(e),
+                      "after init %s: the error names rank 1: %s" % (after_init, e))
+            else:
+                raise Failure("taken as a success: %r" % (got,))
 
 
 def returns_rank_only_class():
