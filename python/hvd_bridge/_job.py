@@ -78,6 +78,9 @@ def payload(fn, args, kwargs):
         raise TypeError("args must be a tuple or a list, got %s" % type(args).__name__)
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError("kwargs must be a dict, got %s" % type(kwargs).__name__)
+    bad = [k for k in (kwargs or {}) if not isinstance(k, str)]
+    if bad:
+        raise TypeError("kwargs must be a dict of keyword names (str), got the key %r" % (bad[0],))
     try:
         return cloudpickle.dumps((fn, tuple(args or ()), dict(kwargs or {})))
     except Exception as e:  # TypeError, PicklingError, AttributeError, ...: one message
@@ -146,7 +149,10 @@ def nic_list(nics, what="nics"):
     iterable of names."""
     if not nics:
         return None
-    raw = nics.split(",") if isinstance(nics, str) else list(nics)
+    try:
+        raw = nics.split(",") if isinstance(nics, str) else list(nics)
+    except TypeError:  # not iterable
+        raw = [nics]
     names = [n.strip() if isinstance(n, str) else n for n in raw]
     if not all(isinstance(n, str) and n and "," not in n for n in names):
         raise ValueError("%s must name network interfaces (e.g. ['eth0'] or 'eth0,ib0'), got %r"
@@ -171,11 +177,18 @@ def mpi_args(extra_mpi_args, env, prefix_output_with_timestamp, what="extra_mpi_
     except ValueError as e:  # shlex: "No closing quotation"
         raise ValueError("%s %r cannot be split like a shell command line: %s" % (
             what, extra_mpi_args, e)) from None
+    except TypeError:  # not iterable
+        args = [extra_mpi_args]
+    if not all(isinstance(a, str) for a in args):
+        raise TypeError("%s must be a string or a list of strings, got %r" % (
+            what, extra_mpi_args))
     if env is not None and not isinstance(env, dict):
         raise ValueError("env must be a dict, not %s" % type(env).__name__)
     for k, v in (env or {}).items():
-        if not k or "=" in k:
-            raise ValueError("bad environment variable name %r" % k)
+        if not isinstance(k, str) or not k or "=" in k or any(c.isspace() for c in k):
+            raise ValueError("env: %r is no environment variable name" % (k,))
+        if not isinstance(v, str):
+            raise TypeError("env[%r] must be a str, got %s" % (k, type(v).__name__))
         args += ["-x", "%s=%s" % (k, v)]
     if prefix_output_with_timestamp:
         args.append("--timestamp-output")
@@ -313,8 +326,13 @@ def timeout_s(value, env_name, default, what):
         seconds = float(raw)
     except (TypeError, ValueError):
         seconds = None
-    if isinstance(raw, bool) or seconds is None or not seconds > 0 or seconds == float("inf"):
+    if isinstance(raw, bool) or seconds is None or not seconds > 0:
         raise ValueError("%s must be a number of seconds above 0, got %r" % (source, raw))
+    if seconds > TIMEOUT_MAX_S:
+        raise ValueError("%s must be at most %d seconds, got %r" % (source, TIMEOUT_MAX_S, raw))
     return seconds
+
+
+TIMEOUT_MAX_S = 1 << 30  # hvd-driver's bound of its timeouts
 
 

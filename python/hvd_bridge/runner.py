@@ -32,6 +32,13 @@ def _elastic_flags(elastic):
     for name in ("min_np", "max_np", "slots"):
         if name in e:
             _job.rank_count(e[name], name)
+    limit = e.get("reset_limit", 0)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError("reset_limit must be a whole number of at least 0, got %r" % (limit,))
+    if "elastic_timeout" in e:
+        e["elastic_timeout"] = math.ceil(_job.timeout_s(e["elastic_timeout"], None, None,
+                                                        "elastic_timeout"))
+        flags[flags.index("--elastic-timeout") + 1] = str(e["elastic_timeout"])
     if e.get("min_np", 1) > e.get("max_np", e.get("min_np", 1)):
         raise ValueError("min_np (%d) must not exceed max_np (%d)" % (e["min_np"], e["max_np"]))
     if "cooldown_range" in e:
@@ -51,7 +58,10 @@ def _slots(hosts):
     total = 0
     for entry in hosts.split(","):
         tail = entry.rsplit("]", 1)[-1]
-        total += int(tail.split(":")[1]) if ":" in tail else 1
+        try:
+            total += int(tail.split(":")[1]) if ":" in tail else 1
+        except ValueError:
+            raise ValueError("hosts: %r is no host:slots (e.g. 'node1:2')" % (entry,)) from None
     return total
 
 
@@ -240,6 +250,10 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     unknown = [k for k in elastic if k not in _ELASTIC]
     if unknown:
         raise TypeError("run() got unexpected keyword arguments %s" % ", ".join(unknown))
+    if "HOROVOD_RANK" in os.environ and "HVD_TASK_INDEX" in os.environ:
+        raise RuntimeError("hvd_bridge.run was called inside a rank of another job (HOROVOD_RANK "
+                           "is set): mpirun does not start a job from its own ranks; call it "
+                           "from the driver program")
     for name, alias in (("min_np", "min_num_proc"), ("max_np", "max_num_proc")):
         elastic[name] = _job.either(elastic.pop(name, None), name, elastic.pop(alias, None),
                                     alias)
@@ -292,8 +306,8 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
             err.join()
             if not os.path.exists(results_file):
                 lines = [l for l in err.last_lines if l.startswith("hvd-driver")]
-                raise _job.JobError("the job did not run (hvd-driver exited with status %d)%s" % (
-                    status, ": " + lines[-1] if lines else ""))
+                raise _job.JobError("the job ended without results (hvd-driver exited with "
+                                    "status %d)%s" % (status, ": " + lines[-1] if lines else ""))
             rows, mpirun_status, failure, first_failed = _rows(results_file)
             return _job.values_or_raise(rows, mpirun_status, failure=failure,
                                         first_failed=first_failed)

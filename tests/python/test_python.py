@@ -28,6 +28,7 @@ Runs with the Python of scripts/install-python.sh (torch, cloudpickle) and the p
 by the build (--pythonpath). Exits 77 (skip) when that Python, cloudpickle or mpirun is
 missing, or under a sanitizer build (the extension cannot load a sanitized runtime).
 """
+import contextlib
 import io
 import os
 import re
@@ -551,6 +552,21 @@ def test_killed_caller():
     check(rc == -signal.SIGKILL, "the program was killed: %s" % rc)
 
 
+@contextlib.contextmanager
+def mock_env(**values):
+    """os.environ with values set, as it was afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def test_bad_args():
     import hvd_bridge
     for kw, exc, text in ((dict(use_gloo=True), ValueError, "MPI"),
@@ -594,13 +610,34 @@ def test_bad_args():
                            "ssh_port must be a whole number from 1 to 65535, got 70000"),
                           (dict(hosts="a:1", ssh_port="22x"), ValueError, "got '22x'"),
                           (dict(hosts="a:1", ssh_port=True), ValueError, "got True"),
-                          (dict(hosts=" , "), ValueError, "hosts names no host")):
+                          (dict(hosts=" , "), ValueError, "hosts names no host"),
+                          (dict(np=None, hosts="a:x"), ValueError, "'a:x' is no host:slots"),
+                          (dict(env={1: "x"}), ValueError, "env: 1 is no environment variable"),
+                          (dict(env={"A B": "x"}), ValueError, "'A B' is no environment"),
+                          (dict(env={"A": None}), TypeError, "env['A'] must be a str, got NoneType"),
+                          (dict(mpi_args=5), TypeError, "mpi_args must be a string or a list of"),
+                          (dict(network_interface=5), ValueError,
+                           "network_interface must name network interfaces"),
+                          (dict(kwargs={1: 2}), TypeError, "keyword names (str), got the key 1"),
+                          (dict(start_timeout=1e30), ValueError, "at most 1073741824 seconds, got 1e+30"),
+                          (dict(min_np=1, reset_limit=-1), ValueError,
+                           "reset_limit must be a whole number of at least 0, got -1"),
+                          (dict(min_np=1, elastic_timeout=0), ValueError,
+                           "elastic_timeout must be a number of seconds above 0")):
         try:
             hvd_bridge.run(rank_info, **dict(dict(args=(1,), np=1), **kw))
         except exc as e:
             check(text in str(e), "%r: %s" % (kw, e))
         else:
             raise Failure("%r accepted" % kw)
+    # Inside a rank (hvd-exec's HOROVOD_RANK and HVD_TASK_INDEX): refused before mpirun.
+    with mock_env(HOROVOD_RANK="0", HVD_TASK_INDEX="0"):
+        try:
+            hvd_bridge.run(rank_info, args=(1,), np=1)
+        except RuntimeError as e:
+            check("called inside a rank of another job" in str(e), "inside a rank: %s" % e)
+        else:
+            raise Failure("run inside a rank was accepted")
     # Hostfiles that are not Horovod's format, or name no host (one ran on this machine).
     with tempfile.TemporaryDirectory() as d:
         for text, says in (("\n# none\n", "names no host"),

@@ -271,6 +271,22 @@ def test_too_large():
                         r"fails .*the state to commit is 80\.0 MiB", last),
               "the driver's last line says why: %s" % last)
         check(took < JOB_LIMIT / 2, "the job ended at its first commit (%.0f s)" % took)
+        # A keyword attribute that cannot be pickled fails every rank at the first sync, as a
+        # state too large: rank 0 alone failed, its host was blamed, and the job reset into
+        # the same error until --elastic-timeout.
+        with open(script, "w") as f:
+            f.write(TOO_LARGE.replace("torch.nn.Linear(4096, 5120)", "torch.nn.Linear(4, 1)")
+                    .replace("epoch=0)", "epoch=0, lock=__import__('threading').Lock())"))
+        rc, out, err, _ = hvdtest.run(driver_cmd("-np", "2", "--min-np", "2", "--max-np", "2",
+                                                 "--local", "1", "--", sys.executable, script),
+                                      env=hvdtest.marked_env(mark), timeout=JOB_LIMIT)
+        hvdtest.assert_no_leftovers(mark, 15)
+        check(rc != 0 and "reset 1:" not in err and "blacklisted" not in err and
+              "training from" not in out, "the job fails at its first sync:\n%s" % err[-4000:])
+        for r in (0, 1):
+            check("rank %d fails (a reset would not help): the state cannot be pickled "
+                  "(TypeError: cannot pickle '_thread.lock' object)" % r in err,
+                  "rank %d's line:\n%s" % (r, err[-4000:]))
 
 
 OWN_FAILURE = r"""

@@ -138,6 +138,9 @@ def collectives(device="cpu"):
                       for k in range(n)])
     expect("alltoall uneven", got, want)
     expect("alltoall received splits", received, torch.tensor([r + 1] * n, dtype=torch.int32))
+    # splits as torch makes them by default (int64), as a Horovod user passes them
+    got, _ = hvd.alltoall(send, splits=torch.tensor([j + 1 for j in range(n)]), name="tu64")
+    expect("alltoall with int64 splits", got, want)
     # splits summing to less than the first dimension send the leading rows (as Horovod's);
     # the rows not sent get a zero gradient
     src = (torch.arange(n + 2, dtype=torch.float32) + 10 * r).requires_grad_()
@@ -241,6 +244,13 @@ def _process_sets(torch, hvd, r, n):
     if got != (None, [0], None, None, r == 0):
         bad.append("rank %d unregistered ProcessSet([0]): %r" % (r, got))
     sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    for what, call in (("a sparse tensor", lambda: hvd.allreduce(torch.ones(3).to_sparse())),
+                       ("a root rank '0'", lambda: hvd.broadcast(torch.ones(1), "0"))):
+        try:
+            call()
+            bad.append("rank %d: %s was not refused" % (r, what))
+        except TypeError:
+            pass
     for what, call in (("allreduce on a set", lambda: hvd.allreduce(torch.ones(1), process_set=ps)),
                        ("add_process_set", lambda: hvd.add_process_set(ps)),
                        ("DistributedOptimizer(op=Adasum)",

@@ -6,6 +6,7 @@ contiguous first. A CUDA tensor goes through the NCCL backend once the current s
 synchronized. Handles are this module's integers; synchronize() waits on the runtime's.
 """
 import atexit
+import operator
 import os
 import threading
 
@@ -270,6 +271,10 @@ def _device(t):
 def _check_tensor(t):
     if not isinstance(t, torch.Tensor):
         raise TypeError("expected a torch.Tensor, got %s" % type(t).__name__)
+    if t.layout != torch.strided:
+        raise TypeError("expected a dense torch.Tensor, got one of layout %s: reduce "
+                        "tensor.to_dense(), or give DistributedOptimizer sparse_as_dense=True"
+                        % t.layout)
     return t
 
 
@@ -514,8 +519,18 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 
 # ---- broadcast --------------------------------------------------------------------------------
 
+def _root(root_rank):
+    try:
+        return operator.index(root_rank) if not isinstance(root_rank, bool) else None
+    except TypeError:
+        return None
+
+
 def _broadcast_submit(buf, root_rank, name):
-    return _rt.broadcast_async(name, buf.data_ptr(), buf.numel(), _dtype(buf), int(root_rank),
+    root = _root(root_rank)
+    if root is None:
+        raise TypeError("root_rank must be an int, got %r" % (root_rank,))
+    return _rt.broadcast_async(name, buf.data_ptr(), buf.numel(), _dtype(buf), root,
                                _device(buf))
 
 
@@ -549,8 +564,10 @@ def _split_list(splits, n):
     if splits is None:
         return None
     if isinstance(splits, torch.Tensor):
-        if splits.dim() != 1 or splits.dtype != torch.int32:
-            raise ValueError("splits must be a 1-D torch.int32 tensor, or a list")
+        if splits.dim() != 1 or splits.is_floating_point() or splits.is_complex() or \
+                splits.dtype == torch.bool:
+            raise ValueError("splits must be a 1-D tensor of integers, or a list; got a %d-D "
+                             "%s tensor" % (splits.dim(), splits.dtype))
         splits = splits.tolist()
     splits = [int(s) for s in splits]
     if len(splits) != n:

@@ -3,6 +3,7 @@ across resets: State, ObjectState and TorchState, with the handlers that keep a 
 optimizer, an LR scheduler or an ElasticSampler through its state_dict."""
 import copy
 import io
+import pickle
 
 import cloudpickle
 import torch
@@ -85,7 +86,10 @@ class State:
         buf = io.BytesIO()
         # cloudpickle: the keyword attributes may hold what plain pickle refuses (a lambda,
         # a LambdaLR), as broadcast_object in sync() takes them.
-        torch.save(self._state_dict(), buf, pickle_module=cloudpickle)
+        try:
+            torch.save(self._state_dict(), buf, pickle_module=cloudpickle)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            raise ElasticError(_unpicklable(e)) from e
         blob = buf.getvalue()
         try:
             _rt.elastic_save(blob)
@@ -137,6 +141,9 @@ class ObjectState(State):
 
     def sync(self):
         if self._saved_state:
+            # Every rank, before rank 0's broadcast: a state that cannot be pickled fails every
+            # rank at once (ElasticError), not rank 0 alone, whose host a reset would blame.
+            _pickled(self._saved_state)
             self._saved_state = self._bcast_object(self._saved_state)
             self._set_attrs()
 
@@ -270,6 +277,19 @@ class TorchState(ObjectState):
                 h.saved = state_dict
                 h.restore()
         super()._load_state_dict(saved)
+
+
+def _unpicklable(e):
+    return ("the state cannot be pickled (%s: %s): keep locks, sockets, open files, generators "
+            "and the like out of its keyword attributes" % (type(e).__name__, e))
+
+
+def _pickled(objects):
+    """objects pickled as broadcast_object and a commit pickle them, or ElasticError."""
+    try:
+        return cloudpickle.dumps(objects)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise ElasticError(_unpicklable(e)) from e
 
 
 def _part_name(name):
