@@ -3,9 +3,11 @@ ranks, output forwarding, and turning the ranks' results into return values or a
 import codecs
 import collections
 import io
+import json
 import operator
 import os
 import pickle
+import platform
 import shlex
 import sys
 import threading
@@ -82,10 +84,52 @@ def payload(fn, args, kwargs):
     if bad:
         raise TypeError("kwargs must be a dict of keyword names (str), got the key %r" % (bad[0],))
     try:
-        return cloudpickle.dumps((fn, tuple(args or ()), dict(kwargs or {})))
+        pickled = cloudpickle.dumps((fn, tuple(args or ()), dict(kwargs or {})))
     except Exception as e:  # TypeError, PicklingError, AttributeError, ...: one message
         raise TypeError("the function and its args and kwargs must be picklable (cloudpickle) "
                         "to reach the ranks: %s" % e) from e
+    return payload_header() + pickled
+
+
+PAYLOAD_MAGIC = b"hvd-bridge payload 1\n"
+
+
+def payload_header():
+    """What pickled the payload (a JSON line after PAYLOAD_MAGIC), so that a rank that cannot
+    unpickle it can say which Python and cloudpickle did."""
+    import cloudpickle
+
+    return PAYLOAD_MAGIC + json.dumps({
+        "python": platform.python_version(), "cloudpickle": cloudpickle.__version__,
+        "executable": sys.executable}).encode() + b"\n"
+
+
+def payload_load(data):
+    """A rank's side of payload(): (fn, args, kwargs); an error saying which Python and
+    cloudpickle pickled it and which this rank has when they differ and it cannot be loaded
+    (a Spark worker's Python that is not the driver's, say)."""
+    import cloudpickle
+
+    view, made_by = memoryview(data), {}
+    if data.startswith(PAYLOAD_MAGIC):
+        end = data.index(b"\n", len(PAYLOAD_MAGIC))
+        made_by = json.loads(data[len(PAYLOAD_MAGIC):end])
+        view = view[end + 1:]
+    try:
+        return cloudpickle.loads(view)
+    except Exception as e:
+        here = {"python": platform.python_version(), "cloudpickle": cloudpickle.__version__,
+                "executable": sys.executable}
+        if not made_by or all(made_by.get(k) == here[k] for k in ("python", "cloudpickle")):
+            raise
+        raise RuntimeError(
+            "cannot unpickle the function (%s: %s): it was pickled by cloudpickle %s under "
+            "Python %s (%s), this rank has cloudpickle %s under Python %s (%s): run the ranks "
+            "in the driver's Python environment (Spark: PYSPARK_PYTHON or "
+            "spark.pyspark.python; hvd_bridge.run: executable=)" % (
+                type(e).__name__, e, made_by.get("cloudpickle"), made_by.get("python"),
+                made_by.get("executable"), here["cloudpickle"], here["python"],
+                here["executable"])) from e
 
 
 def rank_count(n, what):

@@ -1,5 +1,6 @@
 """The rank side of a Python entry point: ``hvd-exec`` starts ``python -m hvd_bridge._rank``
-with the pickled ``(fn, args, kwargs)`` on descriptor ``$HVD_PAYLOAD_FD`` and collects what it
+with the pickled ``(fn, args, kwargs)`` on descriptor ``$HVD_PAYLOAD_FD`` (after a line saying
+which Python and cloudpickle pickled it: ``_job.payload``) and collects what it
 writes on ``$HVD_RESULT_FD``: ``("ok", value)`` or ``("error", type name, message,
 traceback)``, pickled with cloudpickle. An exception also goes to stderr as usual, and the
 process exits 1.
@@ -39,7 +40,8 @@ def main():
     result_fd = int(os.environ["HVD_RESULT_FD"])
     status = 0
     try:
-        fn, args, kwargs = cloudpickle.loads(_read_all(payload_fd))
+        from ._job import payload_load
+        fn, args, kwargs = payload_load(_read_all(payload_fd))
         os.close(payload_fd)
         value = fn(*args, **(kwargs or {}))
         try:

@@ -552,6 +552,36 @@ def test_killed_caller():
     check(rc == -signal.SIGKILL, "the program was killed: %s" % rc)
 
 
+def test_payload_versions():
+    """A payload carries which Python and cloudpickle pickled it; a rank that cannot unpickle
+    it with others says both (a Spark worker's Python that is not the driver's gave only
+    "Can't get attribute '_function_setstate'")."""
+    import json
+    import platform
+    import cloudpickle
+    from hvd_bridge import _job
+    fn, args, kwargs = _job.payload_load(_job.payload(rank_info, (1,), {}))
+    check(fn.__name__ == "rank_info" and args == (1,) and kwargs == {},
+          "a payload loads back: %r %r" % (args, kwargs))
+    other = _job.PAYLOAD_MAGIC + json.dumps({"python": "3.8.10", "cloudpickle": "1.6.0",
+                                             "executable": "/opt/py38/bin/python"}).encode()
+    try:
+        _job.payload_load(other + b"\nnot a pickle")
+    except RuntimeError as e:
+        check("pickled by cloudpickle 1.6.0 under Python 3.8.10 (/opt/py38/bin/python), this "
+              "rank has cloudpickle %s under Python %s" % (cloudpickle.__version__,
+                                                          platform.python_version()) in str(e)
+              and "PYSPARK_PYTHON" in str(e), "the versions are named: %s" % e)
+    else:
+        raise Failure("garbage was loaded")
+    try:  # the same versions: the unpickling error itself
+        _job.payload_load(_job.payload_header() + b"not a pickle")
+    except RuntimeError:
+        raise Failure("blamed the versions when they are the same")
+    except Exception:  # noqa: BLE001 - whatever pickle raises
+        pass
+
+
 @contextlib.contextmanager
 def mock_env(**values):
     """os.environ with values set, as it was afterwards."""
