@@ -52,6 +52,7 @@ typedef struct launch_opts {
     const char *lifeline_dir; /* --lifeline-dir DIR: the starter's, removed when it is gone */
     bool verbose;
     bool quiet;                  /* --quiet: no results table, only a failure line */
+    bool timestamp_output;       /* --prefix-output-with-timestamp (horovodrun_timestamps) */
     const char *ssh_hosts;       /* --ssh-hosts h1:slots,...: start the tasks there over ssh */
     int ssh_port;                /* --ssh-port (0: 22) */
     const char *ssh_user;        /* --ssh-user (NULL: this user, or user@ in the host list) */
@@ -100,6 +101,9 @@ const struct option *horovodrun_flag_options(void);
 /* One of them: taken, said to be ignored (returns 0), or refused with why (returns 2). */
 int horovodrun_flag_take(int c, launch_opts *o);
 void horovodrun_print_version(void);
+/* --prefix-output-with-timestamp, once o->mpi is known: Open MPI's --timestamp-output added to
+ * the mpirun words (MPICH: said to be ignored). Returns 0, or the exit status. */
+int horovodrun_timestamps(launch_opts *o);
 
 /* ---- launcher_elastic_opts.c: elastic jobs and horovodrun's host flags ---- */
 

@@ -1,7 +1,8 @@
 /* horovodrun's flags that hvd-driver does not take as such (horovod/runner/launch.py, 0.28.1):
  * those that ask for what hvd-bridge does anyway are accepted and said to be ignored; the
  * others are refused, each with why and what to do instead, rather than as unknown options;
- * --prefix-output-with-timestamp becomes Open MPI's --timestamp-output (MPICH has none).
+ * --prefix-output-with-timestamp becomes Open MPI's --timestamp-output (horovodrun_timestamps;
+ * MPICH has none).
  * -v/--version prints hvd-driver's version, as horovodrun prints Horovod's. */
 #include <getopt.h>
 #include <stdio.h>
@@ -97,8 +98,8 @@ int horovodrun_flag_take(int c, launch_opts *o) {
     size_t i = (size_t)(c - OPT_HOROVODRUN_FLAG);
     if (c < OPT_HOROVODRUN_FLAG || i >= NFLAGS)
         return launch_opts_usage_error("an option is not handled (a bug in hvd-driver)");
-    if (FLAGS[i].what == TIMESTAMPS) { /* as hvd_bridge.run(prefix_output_with_timestamp=) */
-        hvd_strb_add(&o->mpi_argb, "--timestamp-output");
+    if (FLAGS[i].what == TIMESTAMPS) { /* mpirun's word once its MPI is known */
+        o->timestamp_output = true;
         return 0;
     }
     if (FLAGS[i].what == IGNORED) {
@@ -109,4 +110,17 @@ int horovodrun_flag_take(int c, launch_opts *o) {
     fprintf(stderr, "hvd-driver: horovodrun's %s%s is not supported: %s\n", dashes(FLAGS[i].name),
             FLAGS[i].name, FLAGS[i].why);
     return 2;
+}
+
+int horovodrun_timestamps(launch_opts *o) {
+    if (!o->timestamp_output) return 0;
+    if (o->mpi == HVD_MPI_MPICH) {
+        fprintf(stderr, "hvd-driver: horovodrun's --prefix-output-with-timestamp is ignored: "
+                        "MPICH's mpiexec has no timestamps\n");
+        return 0;
+    }
+    hvd_strb_add(&o->mpi_argb, "--timestamp-output");
+    if (o->mpi_argb.failed) return launch_opts_usage_error("out of memory");
+    o->mpi_args = (const char *const *)o->mpi_argb.v;
+    return 0;
 }

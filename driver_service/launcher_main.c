@@ -438,7 +438,8 @@ static void warn_unbuffered_python(const launch_opts *o) {
 static int start_tasks(job *j) {
     hvd_err err;
     warn_unbuffered_python(&j->o);
-    if (!j->o.serve && run_mpi(&j->o) != 0) return -1; /* serve: the user runs the launcher */
+    if (!j->o.serve && (run_mpi(&j->o) != 0 || horovodrun_timestamps(&j->o) != 0))
+        return -1; /* serve: the user runs the launcher */
     if (j->o.local_hosts > 0 && local_mpi(&j->o) != 0) return -1;
     if (j->o.local_hosts > 0 && j->o.discovery_script) {
         /* elastic_run starts the hosts the discovery script names */

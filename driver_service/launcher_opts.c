@@ -366,6 +366,26 @@ static int check(launch_opts *o) {
     return 0;
 }
 
+/* An option getopt did not take: unknown, or a prefix of several (getopt_long_only takes a
+ * prefix of one option for it), which are listed. Returns the exit status. */
+static int unknown_option(const char *arg, const struct option *opts) {
+    const char *name = arg + strspn(arg, "-");
+    size_t len = strcspn(name, "="), n = 0;
+    char list[512] = "";
+    for (size_t i = 0; opts[i].name && len; i++) {
+        if (strncmp(opts[i].name, name, len) != 0) continue;
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s--%s", n++ ? ", " : "", opts[i].name);
+    }
+    if (n > 1) {
+        fprintf(stderr, "hvd-driver: option %s is ambiguous: %s (see hvd-driver --help)\n", arg,
+                list);
+        return 2;
+    }
+    fprintf(stderr, "hvd-driver: unknown option %s (see hvd-driver --help)\n", arg);
+    return 2;
+}
+
 /* The defaults, the network timeout from the environment first. */
 static int defaults(launch_opts *o) {
     o->start_timeout_s = HVD_START_TIMEOUT_DEFAULT_S;
@@ -415,11 +435,7 @@ int launch_opts_parse(int argc, char **argv, launch_opts *o) {
                     argv[optind - 1]);
             return 2;
         }
-        if (c == '?') {
-            fprintf(stderr, "hvd-driver: unknown option %s (see hvd-driver --help)\n",
-                    argv[optind - 1]);
-            return 2;
-        }
+        if (c == '?') return unknown_option(argv[optind - 1], opts);
         rc = take(c, optarg, argc, argv, o);
     }
     if (rc != 0) return rc;

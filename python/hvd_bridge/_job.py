@@ -234,9 +234,31 @@ def mpi_args(extra_mpi_args, env, prefix_output_with_timestamp, what="extra_mpi_
         if not isinstance(v, str):
             raise TypeError("env[%r] must be a str, got %s" % (k, type(v).__name__))
         args += ["-x", "%s=%s" % (k, v)]
-    if prefix_output_with_timestamp:
+    if prefix_output_with_timestamp and _timestamps_known():
         args.append("--timestamp-output")
     return args
+
+
+def _timestamps_known():
+    """Whether the launcher takes Open MPI's --timestamp-output: not MPICH's mpiexec (Horovod
+    leaves it out there too), said once as a warning."""
+    from . import _core
+    try:
+        impl = _core.mpi_detect()[0]
+    except Exception:  # noqa: BLE001 - no launcher to ask: the launch says why
+        return True
+    if impl == "mpich":
+        import warnings
+        warnings.warn("prefix_output_with_timestamp is ignored: MPICH's mpiexec has no "
+                      "timestamps", stacklevel=3)
+        return False
+    return True
+
+
+#: hvd-driver's failure sentence when ranks were stopped and it saw no part of the job fail on
+#: its own (driver_service/launcher_report.c): a rank that ended with status 0 without its
+#: result is what failed then.
+NOTHING_FAILED = "no part of the job failed on its own"
 
 
 def values_or_raise(rows, mpirun_status, stop_reason=None, failure=None, first_failed=-1):
@@ -259,7 +281,7 @@ def values_or_raise(rows, mpirun_status, stop_reason=None, failure=None, first_f
         msg = "rank %d (task %d on %s) raised %s: %s\n\nRemote traceback:\n%s" % (
             bad.rank, bad.task, bad.host or "?", bad.exc_type, bad.exc_message,
             bad.remote_traceback)
-    elif failure and not (first_failed < 0 and any(o.no_result for o in outcomes)):
+    elif failure and not (NOTHING_FAILED in failure and any(o.no_result for o in outcomes)):
         msg = failure  # else a rank that ended with status 0 without its result came first
     elif any(o.unreadable for o in outcomes):
         bad = next(o for o in outcomes if o.unreadable)

@@ -33,8 +33,8 @@ def _elastic_flags(elastic):
         if name in e:
             _job.rank_count(e[name], name)
     limit = e.get("reset_limit", 0)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError("reset_limit must be a whole number of at least 0, got %r" % (limit,))
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 1 << 30:
+        raise ValueError("reset_limit must be a whole number from 0 to 2**30, got %r" % (limit,))
     if "elastic_timeout" in e:
         e["elastic_timeout"] = math.ceil(_job.timeout_s(e["elastic_timeout"], None, None,
                                                         "elastic_timeout"))
@@ -239,7 +239,8 @@ def run(func, args=(), kwargs=None, num_proc=None, hosts=None, hostfile=None,
     network_interfaces (or network_interface, comma-separated): the interfaces to use.
     executable: the Python of the ranks (default: this one). stdout, stderr: text streams for
     the ranks' output (default sys.stdout, sys.stderr), one line at a time, prefixed with
-    "[1,rank]<stdout>:"; prefix_output_with_timestamp adds mpirun's timestamps.
+    "[1,rank]<stdout>:"; prefix_output_with_timestamp adds mpirun's timestamps (Open MPI;
+    MPICH has none: a warning).
     output_filename: horovodrun's --output-filename (Open MPI 4: each rank's output also in
     DIR/1/rank.R/stdout; docs/launcher.md for the others); disable_cache: accepted.
     Elastic jobs (docs/elastic.md; func uses hvd_bridge.torch.elastic): min_np (min_num_proc),

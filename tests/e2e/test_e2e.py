@@ -153,9 +153,17 @@ def test_argv_entry():
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "results.json")
         rc, so, se, dt = run(driver("run", "-np", "4", "--local", "2", *mpi_opts(), "--results-json", out,
-                                    "--", ARGS.probe_rank),
+                                    "--prefix-output-with-timestamp", "--", ARGS.probe_rank),
                              hvdtest.marked_env(mark, ARGS.bin, HVD_E2E_DIR=d), cwd=d)
         check(rc == 0, "hvd-driver exited %d:\n%s\n%s" % (rc, so, se))
+        # horovodrun's --prefix-output-with-timestamp: Open MPI's --timestamp-output; Hydra has
+        # none (it refused the word, and the job)
+        if ARGS.mpi == "mpich":
+            check("--prefix-output-with-timestamp is ignored: MPICH's mpiexec has no timestamps" in se,
+                  "MPICH: said to be ignored:\n" + se)
+        else:
+            check(re.search(r"^\[?\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]?" + RANK2_TAG[ARGS.mpi] + "rank 2 ran",
+                            so, re.M), "a timestamp before the tag:\n" + so)
         ranks = load_results(out)["ranks"]
         check([(r["result_hex"], r.get("result_text")) for r in ranks] == [("", "")] * 4,
               "a command's empty result is valid UTF-8 text: %s" % ranks)

@@ -623,6 +623,8 @@ def test_horovodrun_tunables():
                             "--max-np must be at least --min-np"),
                            (["--slots-per-host", "2"], "--max-np, --slots and --reset-limit go"),
                            (["--gloo"], "horovodrun's --gloo is not supported: hvd-bridge runs"),
+                           (["--timeline", "t"], "option --timeline is ambiguous: --timeline-filename, "
+                                                 "--timeline-mark-cycles"),
                            (["-cb"], "horovodrun's -cb is not supported: hvd-bridge has one build"),
                            (["--mpi-args", "-x 'A=b"], "--mpi-args '-x 'A=b' has an unclosed ' quote")):
             rc, so, se, _ = hvdtest.run([driver, "run", "-np", "2", "--local", "1"] + args + ["true"],

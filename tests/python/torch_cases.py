@@ -245,6 +245,8 @@ def _process_sets(torch, hvd, r, n):
         bad.append("rank %d unregistered ProcessSet([0]): %r" % (r, got))
     sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     for what, call in (("a sparse tensor", lambda: hvd.allreduce(torch.ones(3).to_sparse())),
+                       ("a sparse broadcast", lambda: hvd.broadcast(torch.ones(3).to_sparse(), 0)),
+                       ("a list", lambda: hvd.broadcast([1.0], 0)),
                        ("a root rank '0'", lambda: hvd.broadcast(torch.ones(1), "0"))):
         try:
             call()

@@ -234,7 +234,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, use_mpi=None,
     extra_mpi_args: more mpirun arguments (a string); env: variables for the ranks.
     stdout, stderr: text streams for the ranks' output (default this process's sys.stdout and
     sys.stderr, e.g. a notebook cell), one line at a time, prefixed "[1,rank]<stdout>:";
-    prefix_output_with_timestamp adds mpirun's timestamps. verbose: 2 logs progress.
+    prefix_output_with_timestamp adds mpirun's timestamps (Open MPI; MPICH has none: a
+    warning). verbose: 2 logs progress.
     nics: the interfaces to use (default: those every pair of tasks can reach each other on).
     executable: the Python of the ranks (default: that of the PySpark workers).
     A task with Spark GPU resources gives them to its rank (CUDA_VISIBLE_DEVICES, HVD_GPUS).

@@ -37,8 +37,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Copies root's optimizer state (its hyper-parameters and per-parameter state) to every
     rank. A fresh optimizer takes one step with zero gradients first, so that its state exists
     everywhere: sparse ones for SparseAdam, and for SGD on the parameters of model's sparse
-    Embeddings (model: optional, as in Horovod). The parameters are put back after that step:
-    weight decay moves them even with zero gradients (Horovod leaves them moved, so a fresh
+    Embeddings (model: optional, as in Horovod). The parameters of groups with weight decay are
+    put back after that step: weight decay moves them even with zero gradients (Horovod leaves them moved, so a fresh
     rank drifted from a resumed root for good)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
@@ -55,8 +55,9 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
                     if isinstance(optimizer, torch.optim.SparseAdam) or (
                             isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
                         p.grad = p.grad.to_sparse()
+        # With zero gradients only weight decay moves them: those of other groups stay put.
         kept = [(p, p.detach().clone()) for group in optimizer.param_groups
-                for p in group["params"] if p.requires_grad]
+                if group.get("weight_decay") for p in group["params"] if p.requires_grad]
         # A DistributedOptimizer steps without its allreduces: ranks may not all get here.
         step = getattr(optimizer, "_hvd_local_step", None)
         (step or optimizer.step)()

@@ -537,7 +537,7 @@ def _broadcast_submit(buf, root_rank, name):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Root's tensor, copied into a new tensor on every rank."""
     _check_process_set(process_set)
-    out = tensor.detach().clone(memory_format=torch.contiguous_format)
+    out = _check_tensor(tensor).detach().clone(memory_format=torch.contiguous_format)
     h = _broadcast_submit(out, root_rank, _name("broadcast", name))
     return _register([h], (out,), lambda: out)
 

@@ -423,7 +423,9 @@ public final class JniTest {
                 String m = e.getMessage(), libPath = System.getProperty("java.library.path");
                 System.out.println("load failure: " + m);
                 check(m.contains("HVD_JNI_LIBRARY"), "the message says what to set: " + m);
-                check(m.indexOf(libPath) == m.lastIndexOf(libPath), "java.library.path listed once: " + m);
+                if (System.getProperty("hvdbridge.library") == null) /* java.library.path tried */
+                    check(m.indexOf(libPath) >= 0 && m.indexOf(libPath) == m.lastIndexOf(libPath),
+                          "java.library.path listed once: " + m);
             }
             return;
         }
